@@ -1,0 +1,390 @@
+"""Renders kernel IR as C++ from the Jinja templates in templates/cpp/.
+
+Python decides what to compute and hands the templates plain data (names, C++ expressions as strings,
+loop bounds); the templates hold all the C++ structure. A kernel's name is the hash of its rendered
+body, so identical kernels (a model's repeated layers) collapse into one function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import sympy
+
+from ..errors import UnsupportedError
+from . import scalar
+from .ir import ConvKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .scalar import Const, IndexValue, Load, Node, Op
+from .symbolic import contiguous_strides, index_var, to_cpp
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpp"
+
+STORAGE_CTYPE = {
+    "float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t", "int64": "int64_t",
+    "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool",
+}
+COMPUTE_CTYPE = {**STORAGE_CTYPE, "float16": "float", "bfloat16": "float"}
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def load_from_storage(expr: str, dtype: str) -> str:
+    if dtype == "bfloat16":
+        return f"aotpack_bf16_to_f32({expr})"
+    if dtype == "float16":
+        return f"aotpack_f16_to_f32({expr})"
+    return expr
+
+
+def store_to_storage(expr: str, dtype: str) -> str:
+    if dtype == "bfloat16":
+        return f"aotpack_f32_to_bf16({expr})"
+    if dtype == "float16":
+        return f"aotpack_f32_to_f16({expr})"
+    return f"static_cast<{STORAGE_CTYPE[dtype]}>({expr})"
+
+
+def const_literal(value: Any, dtype: str) -> str:
+    ctype = COMPUTE_CTYPE[dtype]
+    if dtype == "bool":
+        return "true" if value else "false"
+    if scalar.is_float(dtype):
+        value = float(value)
+        if math.isnan(value):
+            return f"static_cast<{ctype}>(NAN)"
+        if math.isinf(value):
+            return f"static_cast<{ctype}>({'-' if value < 0 else ''}INFINITY)"
+        return f"static_cast<{ctype}>({value!r})"
+    return f"static_cast<{ctype}>(INT64_C({int(value)}))"
+
+
+_UNARY_FLOAT = {
+    "exp": "std::exp", "exp2": "std::exp2", "expm1": "std::expm1", "log": "std::log", "log2": "std::log2",
+    "log10": "std::log10", "log1p": "std::log1p", "sqrt": "std::sqrt", "sin": "std::sin", "cos": "std::cos",
+    "tan": "std::tan", "asin": "std::asin", "acos": "std::acos", "atan": "std::atan", "sinh": "std::sinh",
+    "cosh": "std::cosh", "tanh": "std::tanh", "asinh": "std::asinh", "acosh": "std::acosh", "atanh": "std::atanh",
+    "erf": "std::erf", "erfc": "std::erfc", "floor": "std::floor", "ceil": "std::ceil", "round": "std::nearbyint",
+    "trunc": "std::trunc", "abs": "std::abs", "isnan": "std::isnan", "isinf": "std::isinf",
+    "isfinite": "std::isfinite", "signbit": "std::signbit",
+}
+_BINARY_INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+    "ge": ">=", "logical_and": "&&", "logical_or": "||", "logical_xor": "!=", "lshift": "<<", "rshift": ">>",
+}
+_BINARY_FLOAT_FN = {"atan2": "std::atan2", "hypot": "std::hypot", "copysign": "std::copysign",
+                    "fmax": "std::fmax", "fmin": "std::fmin", "pow": "std::pow", "fmod": "std::fmod"}
+
+
+class BodyWriter:
+    """Turns scalar expression trees into C++ statements, computing each distinct subexpression once."""
+
+    def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str]) -> None:
+        self.arg_names = arg_names
+        self.symbol_names = symbol_names
+        self.lines: list[str] = []
+        self._cache: dict[Node, str] = {}
+
+    def index(self, expr: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
+        return to_cpp(expr, {**self.symbol_names, **(extra or {})})
+
+    def _tmp(self, ctype: str, expr: str) -> str:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"const {ctype} {name} = {expr};")
+        return name
+
+    def value(self, node: Node) -> str:
+        if node in self._cache:
+            return self._cache[node]
+        if isinstance(node, Const):
+            out = const_literal(node.value, node.dtype)
+        elif isinstance(node, IndexValue):
+            out = self._tmp(COMPUTE_CTYPE[node.dtype], f"static_cast<{COMPUTE_CTYPE[node.dtype]}>({self.index(node.expr)})")
+        elif isinstance(node, Load):
+            out = self._load(node)
+        else:
+            out = self._tmp(COMPUTE_CTYPE[node.dtype], self._op(node))
+        self._cache[node] = out
+        return out
+
+    def _load(self, node: Load) -> str:
+        extra = {}
+        for ind in node.indirect:
+            position = self.value(ind.value)
+            what = ind.what.replace("\\", "\\\\").replace('"', '\\"')
+            checked = self._tmp("int64_t", f'aotpack_check_index(ctx, static_cast<int64_t>({position}), '
+                                           f'{self.index(ind.size)}, {"true" if ind.wrap else "false"}, "{what}")')
+            extra[ind.var] = checked
+        element = f"{self.arg_names[node.buffer]}[{self.index(node.index, extra)}]"
+        return self._tmp(COMPUTE_CTYPE[node.dtype], load_from_storage(element, node.dtype))
+
+    def _op(self, node: Op) -> str:
+        args = [self.value(a) for a in node.args]
+        name, dtype = node.name, node.dtype
+        ctype = COMPUTE_CTYPE[dtype]
+        arg_dtype = node.args[0].dtype if node.args else dtype
+        is_float = scalar.is_float(arg_dtype)
+        is_bool = arg_dtype == "bool"
+        if name == "cast":
+            if dtype == "bool":
+                return f"({args[0]} != 0)"
+            return f"static_cast<{ctype}>({args[0]})"
+        if name == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name == "neg":
+            return f"static_cast<{ctype}>(-{args[0]})"
+        if name in ("logical_not", "bitwise_not"):
+            return f"(!{args[0]})" if (name == "logical_not" or is_bool) else f"static_cast<{ctype}>(~{args[0]})"
+        if name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            op = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[name]
+            return f"static_cast<{ctype}>({args[0]} {op} {args[1]})"
+        if name in _BINARY_INFIX:
+            if name == "div" and not is_float:
+                raise UnsupportedError("integer true division reached code generation; this is an aotpack bug")
+            return f"static_cast<{ctype}>({args[0]} {_BINARY_INFIX[name]} {args[1]})"
+        if name in ("maximum", "minimum"):
+            fn = "aotpack_maximum" if name == "maximum" else "aotpack_minimum"
+            return f"{fn}<{ctype}>({args[0]}, {args[1]})"
+        if name == "relu":
+            return f"({args[0]} < 0 ? static_cast<{ctype}>(0) : {args[0]})"
+        if name == "sigmoid":
+            return f"static_cast<{ctype}>(1) / (static_cast<{ctype}>(1) + std::exp(-{args[0]}))"
+        if name == "rsqrt":
+            return f"static_cast<{ctype}>(1) / std::sqrt({args[0]})"
+        if name == "reciprocal":
+            return f"static_cast<{ctype}>(1) / {args[0]}"
+        if name == "sign":
+            return f"aotpack_sign<{ctype}>({args[0]})"
+        if name in ("isposinf", "isneginf"):
+            return f"({args[0]} == {'' if name == 'isposinf' else '-'}INFINITY)"
+        if not is_float:
+            if name in ("floor", "ceil", "round", "trunc"):
+                return args[0]
+            if name == "abs":
+                return f"static_cast<{ctype}>({args[0]} < 0 ? -{args[0]} : {args[0]})"
+            integer = {"floordiv": "aotpack_idiv_floor", "truncdiv": "aotpack_idiv_trunc", "remainder": "aotpack_imod",
+                       "fmod": "aotpack_ifmod"}
+            if name in integer:
+                return f"{integer[name]}<{ctype}>(ctx, {args[0]}, {args[1]})"
+            if name == "pow":
+                return f"aotpack_ipow<{ctype}>({args[0]}, {args[1]})"
+            if name in ("isnan", "isinf", "signbit", "isfinite"):
+                return {"isnan": "false", "isinf": "false", "isfinite": "true"}.get(name, f"({args[0]} < 0)")
+        if name in _UNARY_FLOAT:
+            return f"{_UNARY_FLOAT[name]}({args[0]})"
+        if name in _BINARY_FLOAT_FN:
+            return f"{_BINARY_FLOAT_FN[name]}({args[0]}, {args[1]})"
+        if name == "remainder":
+            return f"aotpack_fmod_py<{ctype}>({args[0]}, {args[1]})"
+        if name == "floordiv":
+            return f"std::floor({args[0]} / {args[1]})"
+        raise UnsupportedError(f"the scalar op {name} on {arg_dtype} has no C++ form yet")
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    name: str
+    family: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RenderedLibrary:
+    source: str
+    step_kernels: tuple[str, ...]  # kernel function name of each program step
+    step_args: tuple[tuple[str, ...], ...]  # buffer names passed to each step, in order
+    kernels: tuple[RenderedKernel, ...]
+
+
+class KernelRenderer:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.env = _env()
+        self.symbol_index = {s.expr: i for i, s in enumerate(program.symbols)}
+
+    def _args(self, kernel: Kernel) -> list[str]:
+        return [*kernel.reads(), kernel.output]
+
+    def _common(self, kernel: Kernel, exprs: list[sympy.Expr]) -> dict[str, Any]:
+        args = self._args(kernel)
+        arg_data = []
+        for i, buffer in enumerate(args):
+            dtype = self.program.buffers[buffer].dtype
+            is_out = i == len(args) - 1
+            arg_data.append({"cname": "out" if is_out else f"in{i}", "ctype": STORAGE_CTYPE[dtype],
+                             "qualifier": "" if is_out else "const "})
+        used: set[sympy.Symbol] = set()
+        for e in exprs:
+            used |= sympy.sympify(e).free_symbols
+        symbols = [{"cname": f"s_{s.name}", "index": i} for s, i in self.symbol_index.items() if s in used]
+        return {"args": arg_data, "symbols": symbols, "output": "out"}
+
+    def _names(self, kernel: Kernel) -> tuple[dict[str, str], dict[sympy.Symbol, str]]:
+        args = self._args(kernel)
+        arg_names = {b: ("out" if i == len(args) - 1 else f"in{i}") for i, b in enumerate(args)}
+        return arg_names, {s: f"s_{s.name}" for s in self.symbol_index}
+
+    def render(self, kernel: Kernel) -> RenderedKernel:
+        if isinstance(kernel, PointwiseKernel):
+            data, template = self._pointwise(kernel), "pointwise.cpp.jinja"
+        elif isinstance(kernel, ReductionKernel):
+            data, template = self._reduction(kernel), "reduction.cpp.jinja"
+        elif isinstance(kernel, MatmulKernel):
+            data, template = self._matmul(kernel), "matmul.cpp.jinja"
+        elif isinstance(kernel, ConvKernel):
+            data, template = self._conv(kernel), "conv2d.cpp.jinja"
+        else:
+            raise UnsupportedError(f"no C++ template for {type(kernel).__name__}")
+        body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
+        name = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+        return RenderedKernel(name, kernel.family, body.replace("KERNEL_NAME", name))
+
+    def _all_exprs(self, node: Node) -> list[sympy.Expr]:
+        out: list[sympy.Expr] = []
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Load):
+                out.append(n.index)
+                for ind in n.indirect:
+                    out.append(ind.size)
+                    stack.append(ind.value)
+            elif isinstance(n, IndexValue):
+                out.append(n.expr)
+            elif isinstance(n, Op):
+                stack.extend(n.args)
+        return out
+
+    def _pointwise(self, k: PointwiseKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        writer = BodyWriter(arg_names, sym_names)
+        value = writer.value(k.value)
+        out_dtype = self.program.buffers[k.output].dtype
+        loops = [{"var": f"i{d}", "size": writer.index(s)} for d, s in enumerate(k.shape)]
+        store_index = writer.index(sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))),
+                                       sympy.Integer(0)))
+        data = self._common(k, [*k.shape, *self._all_exprs(k.value)])
+        data.update(loops=loops, body=writer.lines, store_index=store_index,
+                    store_value=store_to_storage(value, out_dtype))
+        return data
+
+    def _reduction(self, k: ReductionKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        writer = BodyWriter(arg_names, sym_names)
+        value = writer.value(k.value)
+        acc_ctype = COMPUTE_CTYPE[k.acc_dtype]
+        strides = contiguous_strides(k.shape)
+        loops = [{"var": f"i{d}", "size": writer.index(s), "stride": writer.index(st)}
+                 for d, (s, st) in enumerate(zip(k.shape, strides))]
+        rloops = [{"var": f"r{d}", "size": writer.index(s)} for d, s in enumerate(k.reduced)]
+        rstrides = contiguous_strides(k.reduced)
+        ridx = writer.index(sum((index_var("r", d) * st for d, st in enumerate(rstrides)), sympy.Integer(0)))
+        init, combine, result = _reduction_parts(k.op, k.acc_dtype)
+        data = self._common(k, [*k.shape, *k.reduced, *self._all_exprs(k.value)])
+        data.update(loops=loops, rloops=rloops, body=writer.lines, value=f"static_cast<{acc_ctype}>({value})",
+                    acc_ctype=acc_ctype, init=init, combine=combine, arg=k.op in ("argmax", "argmin"), ridx=ridx,
+                    op=k.op, store_value=store_to_storage(result, k.out_dtype))
+        return data
+
+    def _view(self, view: StridedView, writer: BodyWriter) -> dict[str, Any]:
+        return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
+
+    def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        writer = BodyWriter(arg_names, sym_names)
+        a_dtype = self.program.buffers[k.a.buffer].dtype
+        b_dtype = self.program.buffers[k.b.buffer].dtype
+        acc = "double" if k.dtype == "float64" else ("int64_t" if not scalar.is_float(k.dtype) else "float")
+        a_elem = f"{arg_names[k.a.buffer]}[a_off + bi * a_sb + (m0 + i) * a_sm + kk * a_sk]"
+        b_elem = "brow[j]" if k.b.strides[2] == 1 else "brow[j * b_sn]"
+        exprs = [k.batch, k.m, k.n, k.k, k.a.offset, *k.a.strides, k.b.offset, *k.b.strides]
+        data = self._common(k, exprs)
+        data.update(
+            batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
+            a=self._view(k.a, writer), b=self._view(k.b, writer), mb=4, nb=256, acc_ctype=acc,
+            b_ctype=STORAGE_CTYPE[b_dtype], b_name=arg_names[k.b.buffer],
+            load_a=f"static_cast<{acc}>({load_from_storage(a_elem, a_dtype)})",
+            load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
+            store=store_to_storage("acc[i][j]", k.dtype),
+        )
+        return data
+
+    def _conv(self, k: ConvKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        writer = BodyWriter(arg_names, sym_names)
+        x_dtype = self.program.buffers[k.x.buffer].dtype
+        w_dtype = self.program.buffers[k.weight].dtype
+        acc = "double" if k.dtype == "float64" else "float"
+        x_elem = f"{arg_names[k.x.buffer]}[x_off + n * x_sn + c * x_sc + ih * x_sh + iw * x_sw]"
+        w_elem = f"{arg_names[k.weight]}[((co * CIG + ci) * KH + a) * KW + b]"
+        bias = "0"
+        if k.bias is not None:
+            bias = f"static_cast<{acc}>({load_from_storage(f'{arg_names[k.bias]}[co]', self.program.buffers[k.bias].dtype)})"
+        c_in = k.c_in
+        if not sympy.sympify(c_in).is_number:
+            raise UnsupportedError("a convolution's input channel count must be fixed")
+        data = self._common(k, [k.n, k.h, k.w, k.out_h, k.out_w, k.x.offset, *k.x.strides])
+        data.update(
+            n=writer.index(k.n), h=writer.index(k.h), w=writer.index(k.w), out_h=writer.index(k.out_h),
+            out_w=writer.index(k.out_w), c_out=k.c_out, kh=k.kh, kw=k.kw, groups=k.groups,
+            c_in_per_group=int(c_in) // k.groups, x=self._view(k.x, writer), stride=list(k.stride),
+            padding=list(k.padding), dilation=list(k.dilation), acc_ctype=acc, bias_value=bias,
+            load_x=f"static_cast<{acc}>({load_from_storage(x_elem, x_dtype)})",
+            load_w=f"static_cast<{acc}>({load_from_storage(w_elem, w_dtype)})",
+            store=store_to_storage("acc", k.dtype),
+        )
+        return data
+
+
+def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
+    """(initial value, C++ statement folding `v` into `acc`, the stored result) of a reduction."""
+    ctype = COMPUTE_CTYPE[acc_dtype]
+    is_float = scalar.is_float(acc_dtype)
+    lowest = f"-std::numeric_limits<{ctype}>::infinity()" if is_float else f"std::numeric_limits<{ctype}>::lowest()"
+    highest = f"std::numeric_limits<{ctype}>::infinity()" if is_float else f"std::numeric_limits<{ctype}>::max()"
+    nan_check = " || v != v" if is_float else ""
+    if op == "sum":
+        return "0", "acc += v;", "acc"
+    if op == "prod":
+        return "1", "acc *= v;", "acc"
+    if op == "max":
+        return lowest, f"if (v > acc{nan_check}) acc = v;", "acc"
+    if op == "min":
+        return highest, f"if (v < acc{nan_check}) acc = v;", "acc"
+    if op in ("argmax", "argmin"):
+        cmp = ">" if op == "argmax" else "<"
+        first_nan = " || (v != v && acc == acc)" if is_float else ""
+        init = lowest if op == "argmax" else highest
+        return init, f"if (v {cmp} acc{first_nan}) {{ acc = v; best = ridx; }}", "best"
+    if op == "any":
+        return "false", "acc = acc || v;", "acc"
+    if op == "all":
+        return "true", "acc = acc && v;", "acc"
+    raise UnsupportedError(f"reduction {op} has no C++ form")
+
+
+def render_library(program: Program) -> RenderedLibrary:
+    """The whole kernel library of a program: prelude, then each distinct kernel once."""
+    renderer = KernelRenderer(program)
+    kernels: dict[str, RenderedKernel] = {}
+    names, args = [], []
+    for step in program.steps:
+        rendered = renderer.render(step)
+        kernels.setdefault(rendered.name, rendered)
+        names.append(rendered.name)
+        args.append(tuple(renderer._args(step)))
+    prelude = renderer.env.get_template("prelude.h.jinja").render()
+    source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
+    return RenderedLibrary(source, tuple(names), tuple(args), tuple(kernels.values()))
+

@@ -1,0 +1,158 @@
+"""The kernel-graph IR: buffers, kernels and the program that orders them. Frozen; stages make new ones.
+
+A kernel reads and writes whole buffers by name; a view of a buffer (permute, slice, expand, reshape of
+contiguous data) is not a buffer of its own but an index expression inside the kernel that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import sympy
+
+from . import scalar
+from .scalar import Node
+
+BUFFER_KINDS = ("input", "weight", "arena", "output")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Dense row-major memory. `source` is the input's, weight's or output's name for those kinds."""
+
+    name: str
+    dtype: str
+    shape: tuple[sympy.Expr, ...]
+    kind: str
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class StridedView:
+    """Elements of `buffer` at offset + sum(index[d] * strides[d])."""
+
+    buffer: str
+    offset: sympy.Expr
+    strides: tuple[sympy.Expr, ...]
+
+
+@dataclass(frozen=True)
+class PointwiseKernel:
+    """output[i0, i1, ...] = value, for every index of `shape` (the output's shape)."""
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    value: Node
+
+    family = "pointwise"
+
+    def reads(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class ReductionKernel:
+    """output[i...] = fold `op` of value over r0, r1, ... in `reduced` (argmax/argmin: the flat r index)."""
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    reduced: tuple[sympy.Expr, ...]
+    value: Node
+    op: str
+    acc_dtype: str
+    out_dtype: str
+
+    family = "reduction"
+
+    def reads(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class MatmulKernel:
+    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views, `out` is contiguous."""
+
+    output: str
+    a: StridedView
+    b: StridedView
+    batch: sympy.Expr
+    m: sympy.Expr
+    n: sympy.Expr
+    k: sympy.Expr
+    dtype: str
+
+    family = "matmul"
+
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.a.buffer, self.b.buffer)))
+
+
+@dataclass(frozen=True)
+class ConvKernel:
+    """2-D convolution, NCHW, with optional bias; `x` is a strided view, weight and bias are contiguous."""
+
+    output: str
+    x: StridedView
+    weight: str
+    bias: str | None
+    n: sympy.Expr
+    c_in: sympy.Expr
+    h: sympy.Expr
+    w: sympy.Expr
+    c_out: int
+    kh: int
+    kw: int
+    out_h: sympy.Expr
+    out_w: sympy.Expr
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    dtype: str
+
+    family = "conv2d"
+
+    def reads(self) -> tuple[str, ...]:
+        return tuple(b for b in (self.x.buffer, self.weight, self.bias) if b is not None)
+
+
+Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel, ConvKernel]
+
+
+def _buffers_of(node: Node) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(load.buffer for load in scalar.loads(node)))
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    min: int
+    max: int
+
+    @property
+    def expr(self) -> sympy.Symbol:
+        from .symbolic import size_symbol
+
+        return size_symbol(self.name)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the lowering produces: symbols, buffers, kernels in execution order, the signature's names."""
+
+    symbols: tuple[Symbol, ...]
+    buffers: dict[str, Buffer]
+    steps: tuple[Kernel, ...]
+    inputs: tuple[str, ...]  # buffer names, in signature order
+    outputs: tuple[str, ...]
+    weights: dict[str, object] = field(default_factory=dict)  # safetensors name -> torch.Tensor
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Byte offset in the session arena and largest size of every arena buffer; sizes of outputs."""
+
+    offsets: dict[str, int]
+    max_bytes: dict[str, int]
+    arena_bytes: int

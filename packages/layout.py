@@ -1,0 +1,28 @@
+"""The package layout, in one place: format name and version, member names, alignment.
+
+docs/package-format.md describes the same layout for readers; runtime_cpp/src/package.cpp reads it.
+"""
+
+from __future__ import annotations
+
+FORMAT_NAME = "aotpack"
+FORMAT_VERSION = 1
+
+MANIFEST = "manifest.json"
+PROGRAM = "program.json"
+WEIGHTS = "weights.safetensors"
+
+# Member data starts on this boundary so the runtime can use weights and kernels in place from a mapping.
+ALIGNMENT = 64
+# Zip extra-field id of the padding record that aligns member data (any id the zip spec leaves free works).
+PADDING_EXTRA_ID = 0xA0A0
+# Fixed timestamp for every member: the same inputs must give a byte-identical package.
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def cpu_library(isa: str) -> str:
+    return f"cpu/{isa}/kernels.so"
+
+
+def cpu_source(isa: str) -> str:
+    return f"cpu/{isa}/kernels.cpp"

@@ -1,0 +1,71 @@
+"""Writes a package file: stored, 64-byte-aligned zip members, a manifest with digests, atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import layout
+
+
+def canonical_json(value: Any) -> bytes:
+    """JSON that is the same bytes for the same value: sorted keys, no trailing spaces, a final newline."""
+    return (json.dumps(value, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_manifest(manifest: Mapping[str, Any], members: Mapping[str, bytes]) -> dict[str, Any]:
+    """Completes `manifest` with the format identity and the digest and size of every member."""
+    out = dict(manifest)
+    out["format"] = layout.FORMAT_NAME
+    out["format_version"] = layout.FORMAT_VERSION
+    out["members"] = {name: {"sha256": sha256(data), "size": len(data)} for name, data in members.items()}
+    return out
+
+
+def _padding_extra(header_offset: int, name: bytes) -> bytes:
+    """An extra field that makes the member's data start on a multiple of layout.ALIGNMENT."""
+    fixed = 30 + len(name)  # zip local file header size before the extra field
+    start = header_offset + fixed + 4  # 4 bytes of extra-field header (id, size)
+    pad = -start % layout.ALIGNMENT
+    return struct.pack("<HH", layout.PADDING_EXTRA_ID, pad) + b"\0" * pad
+
+
+def write_package(path: str | os.PathLike[str], manifest: Mapping[str, Any], members: Mapping[str, bytes]) -> dict:
+    """Writes manifest.json then `members` (in the given order) to `path`; returns the final manifest.
+
+    The file appears at `path` only once complete (written beside it, then renamed), so an interrupted
+    export never leaves a partial package behind.
+    """
+    path = Path(path)
+    full_manifest = build_manifest(manifest, members)
+    entries = [(layout.MANIFEST, canonical_json(full_manifest)), *members.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=False) as zf:
+                for name, data in entries:
+                    info = zipfile.ZipInfo(name, date_time=layout.ZIP_EPOCH)
+                    info.compress_type = zipfile.ZIP_STORED
+                    info.external_attr = 0o644 << 16
+                    info.create_system = 3  # unix, whatever the host
+                    info.extra = _padding_extra(raw.tell(), name.encode())
+                    zf.writestr(info, data)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return full_manifest

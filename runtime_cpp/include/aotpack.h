@@ -1,0 +1,151 @@
+/* aotpack runtime C API: load a .aotpack package and run it, with no Python and no libtorch.
+ *
+ * The stable boundary of the runtime. No C++ exception crosses it and the library never aborts: every
+ * failure is a status with a code and a message that says what was wrong and where.
+ */
+#ifndef AOTPACK_H_
+#define AOTPACK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AOTPACK_API __attribute__((visibility("default")))
+
+/* ---- status ------------------------------------------------------------------------------------- */
+
+typedef enum aotpack_status_code_t {
+  AOTPACK_OK = 0,
+  AOTPACK_INVALID_ARGUMENT = 1,   /* the caller passed something wrong (an input's dtype, rank, ...) */
+  AOTPACK_OUT_OF_RANGE = 2,       /* a size is outside the declared range of its symbol */
+  AOTPACK_NOT_FOUND = 3,          /* a file, a package member or a kernel is missing */
+  AOTPACK_UNSUPPORTED = 4,        /* a format version, device or CPU feature this runtime cannot serve */
+  AOTPACK_DATA_LOSS = 5,          /* the package is corrupt: bad structure or a digest mismatch */
+  AOTPACK_RESOURCE_EXHAUSTED = 6, /* out of memory */
+  AOTPACK_INTERNAL = 7,           /* a bug in aotpack: please report it */
+} aotpack_status_code_t;
+
+/* A failed call's result. NULL means OK. New reference: the caller frees it with aotpack_status_free. */
+typedef struct aotpack_status* aotpack_status_t;
+
+AOTPACK_API aotpack_status_code_t aotpack_status_code(aotpack_status_t status); /* AOTPACK_OK for NULL */
+/* Borrowed; valid until the status is freed. "" for NULL. */
+AOTPACK_API const char* aotpack_status_message(aotpack_status_t status);
+AOTPACK_API void aotpack_status_free(aotpack_status_t status); /* NULL is fine */
+
+/* ---- tensors ------------------------------------------------------------------------------------ */
+
+typedef enum aotpack_dtype_t {
+  AOTPACK_DTYPE_FLOAT32 = 0,
+  AOTPACK_DTYPE_FLOAT64 = 1,
+  AOTPACK_DTYPE_FLOAT16 = 2,
+  AOTPACK_DTYPE_BFLOAT16 = 3,
+  AOTPACK_DTYPE_INT64 = 4,
+  AOTPACK_DTYPE_INT32 = 5,
+  AOTPACK_DTYPE_INT16 = 6,
+  AOTPACK_DTYPE_INT8 = 7,
+  AOTPACK_DTYPE_UINT8 = 8,
+  AOTPACK_DTYPE_BOOL = 9,
+} aotpack_dtype_t;
+
+AOTPACK_API const char* aotpack_dtype_name(aotpack_dtype_t dtype); /* "float32", ...; "unknown" otherwise */
+AOTPACK_API size_t aotpack_dtype_size(aotpack_dtype_t dtype);      /* bytes per element; 0 if unknown */
+
+#define AOTPACK_MAX_RANK 8
+
+/* A dense, contiguous (row-major) tensor in host memory. Borrowed: aotpack never frees `shape` or `data`. */
+typedef struct aotpack_tensor_t {
+  aotpack_dtype_t dtype;
+  int32_t rank;
+  const int64_t* shape; /* rank entries */
+  void* data;
+} aotpack_tensor_t;
+
+/* One dimension of a signature: a fixed size, or a symbol with its declared inclusive range. */
+typedef struct aotpack_dim_info_t {
+  int64_t size;       /* the fixed size, or -1 when the dim is a symbol */
+  const char* symbol; /* the symbol's name, or NULL when fixed */
+  int64_t min, max;   /* the symbol's range; both equal `size` when fixed */
+} aotpack_dim_info_t;
+
+/* An input or output of the model's signature. Borrowed from the model; valid while the model lives. */
+typedef struct aotpack_tensor_info_t {
+  const char* name;
+  aotpack_dtype_t dtype;
+  int32_t rank;
+  aotpack_dim_info_t dims[AOTPACK_MAX_RANK]; /* outputs: dims that are expressions report size -1, symbol NULL */
+} aotpack_tensor_info_t;
+
+/* ---- model -------------------------------------------------------------------------------------- */
+
+/* A loaded package. Immutable after load: safe to share across threads and sessions. */
+typedef struct aotpack_model aotpack_model_t;
+
+typedef struct aotpack_model_options_t {
+  uint32_t struct_size;   /* sizeof(aotpack_model_options_t); set by _init, lets the struct grow */
+  int32_t verify_digests; /* 1 (default): check every member's sha256 against the manifest at load */
+} aotpack_model_options_t;
+
+AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
+
+/* Maps the package at `path` (a .aotpack file), validates its structure and, unless disabled, its
+ * digests, and loads its CPU kernel library. `options` may be NULL for the defaults. On success *out is a
+ * new model, release it with aotpack_model_release. */
+AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
+                                                aotpack_model_t** out);
+AOTPACK_API void aotpack_model_release(aotpack_model_t* model); /* NULL is fine */
+
+AOTPACK_API size_t aotpack_model_num_inputs(const aotpack_model_t* model);
+AOTPACK_API size_t aotpack_model_num_outputs(const aotpack_model_t* model);
+AOTPACK_API aotpack_status_t aotpack_model_input_info(const aotpack_model_t* model, size_t index,
+                                                      aotpack_tensor_info_t* out);
+AOTPACK_API aotpack_status_t aotpack_model_output_info(const aotpack_model_t* model, size_t index,
+                                                       aotpack_tensor_info_t* out);
+/* The package's manifest.json text. Borrowed from the model. */
+AOTPACK_API const char* aotpack_model_manifest(const aotpack_model_t* model);
+
+/* ---- session ------------------------------------------------------------------------------------ */
+
+/* Scratch memory and threads for running a model. One thread at a time; create one per concurrent caller. */
+typedef struct aotpack_session aotpack_session_t;
+
+typedef enum aotpack_device_type_t {
+  AOTPACK_DEVICE_CPU = 0,
+  AOTPACK_DEVICE_CUDA = 1,
+} aotpack_device_type_t;
+
+typedef struct aotpack_session_options_t {
+  uint32_t struct_size;              /* sizeof(aotpack_session_options_t); set by _init */
+  aotpack_device_type_t device_type; /* default AOTPACK_DEVICE_CPU */
+  int32_t device_index;              /* default 0 */
+  int32_t num_threads;               /* CPU threads kernels may use; default 1 */
+} aotpack_session_options_t;
+
+AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options);
+
+/* Allocates the session's arena and output memory for the declared maxima, so a run allocates nothing.
+ * `model` is borrowed and must outlive the session. On success *out is a new session, destroy it with
+ * aotpack_session_destroy. */
+AOTPACK_API aotpack_status_t aotpack_session_create(const aotpack_model_t* model,
+                                                    const aotpack_session_options_t* options,
+                                                    aotpack_session_t** out);
+AOTPACK_API void aotpack_session_destroy(aotpack_session_t* session); /* NULL is fine */
+
+/* Runs the model on `inputs`, given in signature order (see aotpack_model_input_info). Checks every
+ * input's dtype, rank and dims, binds the symbols and checks their ranges before any kernel runs. */
+AOTPACK_API aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_tensor_t* inputs,
+                                                 size_t num_inputs);
+
+/* The index-th output of the last successful run. Borrowed from the session: `shape` and `data` stay
+ * valid until the next run or until the session is destroyed. */
+AOTPACK_API aotpack_status_t aotpack_session_output(const aotpack_session_t* session, size_t index,
+                                                    aotpack_tensor_t* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AOTPACK_H_ */

@@ -1,0 +1,47 @@
+/* aotpack kernel ABI: the boundary between the runtime and a package's generated kernel library.
+ *
+ * Generated CPU kernels (cpu/<isa>/kernels.so) include this header; the runtime calls them through it.
+ * Changing anything here is a breaking change of the package format: bump AOTPACK_KERNEL_ABI_VERSION.
+ */
+#ifndef AOTPACK_KERNEL_ABI_H_
+#define AOTPACK_KERNEL_ABI_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AOTPACK_KERNEL_ABI_VERSION 1
+
+/* A chunk of work: the half-open index range [begin, end) of a parallel loop. */
+typedef void (*aotpack_range_fn)(void* closure, int64_t begin, int64_t end);
+
+/* What a kernel may ask of the runtime during one step. Owned by the runtime; valid during the call only. */
+typedef struct aotpack_kernel_ctx {
+  int32_t abi_version; /* AOTPACK_KERNEL_ABI_VERSION of the runtime */
+  int32_t num_threads; /* threads parallel_for may use, >= 1 */
+  /* Runs fn over [0, n) in chunks of at least `grain` indices on the session's threads and returns when
+   * every chunk is done. Chunks never overlap; fn must not call parallel_for itself. */
+  void (*parallel_for)(const struct aotpack_kernel_ctx* ctx, int64_t n, int64_t grain, aotpack_range_fn fn,
+                       void* closure);
+  /* Records an error a kernel found in the data (say, an index out of range); the run then fails with the
+   * first message recorded. Thread-safe. The kernel keeps going on clamped values and must not crash. */
+  void (*report_error)(const struct aotpack_kernel_ctx* ctx, const char* message);
+  void* runtime; /* opaque to kernels */
+} aotpack_kernel_ctx;
+
+/* Every kernel has this signature. `buffers` holds one base pointer per argument, in the order the step
+ * lists them; views (offsets and strides) are computed inside the kernel. `symbols` holds the current
+ * value of every program symbol, in program order. */
+typedef void (*aotpack_kernel_fn)(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols);
+
+/* The library also exports `int32_t aotpack_kernel_abi_version(void)` returning the version it was
+ * built against, so the runtime can refuse a library of another ABI before calling any kernel. */
+typedef int32_t (*aotpack_kernel_abi_version_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AOTPACK_KERNEL_ABI_H_ */
