@@ -1,0 +1,342 @@
+"""Python binding of the aotpack C++ runtime (libaotpack.so), through ctypes and numpy only.
+
+    model = Model("mlp.aotpack")
+    session = model.session(num_threads=4)
+    (y,) = session.run({"x": x})
+
+numpy has no bfloat16: a bfloat16 input may be given as a uint16 array of the raw bits (or an ml_dtypes
+bfloat16 array), and bfloat16 outputs come back as uint16 arrays of the raw bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Read here rather than in a knobs module: the binding must import without the rest of the package.
+RUNTIME_LIB_ENV = "AOTPACK_RUNTIME_LIB"
+MAX_RANK = 8
+
+
+class StatusCode(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    OUT_OF_RANGE = 2
+    NOT_FOUND = 3
+    UNSUPPORTED = 4
+    DATA_LOSS = 5
+    RESOURCE_EXHAUSTED = 6
+    INTERNAL = 7
+
+
+class AotpackError(RuntimeError):
+    """A failure reported by the runtime; `code` is a StatusCode and the message says what and where."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        try:
+            self.code: StatusCode | int = StatusCode(code)
+        except ValueError:
+            self.code = code
+        self.message = message
+
+
+# ---- the C API's types (aotpack.h) ---------------------------------------------------------------------
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("data", ctypes.c_void_p),
+    ]
+
+
+class _DimInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_int64), ("symbol", ctypes.c_char_p), ("min", ctypes.c_int64), ("max", ctypes.c_int64)]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("dims", _DimInfo * MAX_RANK),
+    ]
+
+
+class _ModelOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("verify_digests", ctypes.c_int32)]
+
+
+class _SessionOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("device_type", ctypes.c_int),
+        ("device_index", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+    ]
+
+
+# aotpack_dtype_t values, with the numpy dtype of each ("bfloat16" where numpy has none).
+_DTYPES: dict[int, Any] = {
+    0: np.dtype(np.float32),
+    1: np.dtype(np.float64),
+    2: np.dtype(np.float16),
+    3: "bfloat16",
+    4: np.dtype(np.int64),
+    5: np.dtype(np.int32),
+    6: np.dtype(np.int16),
+    7: np.dtype(np.int8),
+    8: np.dtype(np.uint8),
+    9: np.dtype(np.bool_),
+}
+_BFLOAT16 = 3
+_CODE_OF_NUMPY = {dt: code for code, dt in _DTYPES.items() if code != _BFLOAT16}
+
+_Status = ctypes.c_void_p
+_lib: ctypes.CDLL | None = None
+_lib_lock = threading.Lock()
+
+
+def _candidates() -> list[Path]:
+    env = os.environ.get(RUNTIME_LIB_ENV)
+    if env:
+        return [Path(env)]
+    repo_root = Path(__file__).resolve().parent
+    return [Path(sys.prefix) / "lib" / "libaotpack.so", repo_root / "build" / "runtime" / "libaotpack.so"]
+
+
+def library_path() -> Path:
+    """The libaotpack.so this binding loads: $AOTPACK_RUNTIME_LIB, else <sys.prefix>/lib, else build/runtime."""
+    candidates = _candidates()
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = ", ".join(str(p) for p in candidates)
+    raise AotpackError(
+        StatusCode.NOT_FOUND,
+        f"cannot find the aotpack runtime library libaotpack.so (looked at {looked}); build it with "
+        "`cmake -S runtime_cpp -B build/runtime && cmake --build build/runtime`, or set "
+        f"{RUNTIME_LIB_ENV} to its path",
+    )
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    P = ctypes.POINTER
+    sigs = {
+        "aotpack_status_code": (ctypes.c_int, [_Status]),
+        "aotpack_status_message": (ctypes.c_char_p, [_Status]),
+        "aotpack_status_free": (None, [_Status]),
+        "aotpack_model_options_init": (None, [P(_ModelOptions)]),
+        "aotpack_model_load": (_Status, [ctypes.c_char_p, P(_ModelOptions), P(ctypes.c_void_p)]),
+        "aotpack_model_release": (None, [ctypes.c_void_p]),
+        "aotpack_model_num_inputs": (ctypes.c_size_t, [ctypes.c_void_p]),
+        "aotpack_model_num_outputs": (ctypes.c_size_t, [ctypes.c_void_p]),
+        "aotpack_model_input_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
+        "aotpack_model_output_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
+        "aotpack_model_manifest": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "aotpack_session_options_init": (None, [P(_SessionOptions)]),
+        "aotpack_session_create": (_Status, [ctypes.c_void_p, P(_SessionOptions), P(ctypes.c_void_p)]),
+        "aotpack_session_destroy": (None, [ctypes.c_void_p]),
+        "aotpack_session_run": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t]),
+        "aotpack_session_output": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_Tensor)]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded runtime library (loaded on first use, so importing this module never fails)."""
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            path = library_path()
+            try:
+                loaded = ctypes.CDLL(str(path))
+            except OSError as e:
+                raise AotpackError(StatusCode.NOT_FOUND, f"cannot load the aotpack runtime library {path}: {e}") from e
+            _declare(loaded)
+            _lib = loaded
+        return _lib
+
+
+def _check(status: int | None) -> None:
+    if not status:
+        return
+    L = lib()
+    code = L.aotpack_status_code(status)
+    message = L.aotpack_status_message(status).decode("utf-8", "replace")
+    L.aotpack_status_free(status)
+    raise AotpackError(code, message)
+
+
+# ---- the signature ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A fixed size (`size`), a symbol (`symbol` with its range), or an expression (all None)."""
+
+    size: int | None
+    symbol: str | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: Any  # a numpy dtype, or the string "bfloat16"
+    dims: tuple[Dim, ...]
+
+    @property
+    def shape(self) -> tuple[int | str | None, ...]:
+        """Each dim as its size, its symbol's name, or None for an expression."""
+        return tuple(d.size if d.size is not None else d.symbol for d in self.dims)
+
+
+def _tensor_info(info: _TensorInfo) -> TensorInfo:
+    dims = []
+    for d in info.dims[: info.rank]:
+        if d.size >= 0:
+            dims.append(Dim(d.size, None, d.size, d.size))
+        elif d.symbol:
+            dims.append(Dim(None, d.symbol.decode(), d.min, d.max))
+        else:
+            dims.append(Dim(None))
+    return TensorInfo(info.name.decode(), _DTYPES.get(info.dtype, f"unknown({info.dtype})"), tuple(dims))
+
+
+# ---- model and session ---------------------------------------------------------------------------------
+
+
+class Model:
+    """A loaded package. Immutable: share it across threads; give each thread its own Session."""
+
+    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True):
+        self._lib = lib()
+        self._handle = ctypes.c_void_p()
+        options = _ModelOptions()
+        self._lib.aotpack_model_options_init(ctypes.byref(options))
+        options.verify_digests = 1 if verify_digests else 0
+        _check(self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle)))
+        self.path = Path(path)
+        self.inputs = self._infos(self._lib.aotpack_model_num_inputs, self._lib.aotpack_model_input_info)
+        self.outputs = self._infos(self._lib.aotpack_model_num_outputs, self._lib.aotpack_model_output_info)
+        self.manifest: dict[str, Any] = json.loads(self._lib.aotpack_model_manifest(self._handle).decode())
+
+    def _infos(self, count_fn, info_fn) -> list[TensorInfo]:
+        infos = []
+        for i in range(count_fn(self._handle)):
+            info = _TensorInfo()
+            _check(info_fn(self._handle, i, ctypes.byref(info)))
+            infos.append(_tensor_info(info))
+        return infos
+
+    def session(self, num_threads: int = 1) -> Session:
+        return Session(self, num_threads=num_threads)
+
+    def close(self) -> None:
+        """Releases the model now; sessions created from it must not be used afterwards."""
+        if getattr(self, "_handle", None) and self._handle.value:
+            self._lib.aotpack_model_release(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        # Sessions keep a reference to their model, so this runs only once they are gone.
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Model({str(self.path)!r}, inputs={[i.name for i in self.inputs]}, outputs={[o.name for o in self.outputs]})"
+
+
+class Session:
+    """Scratch memory and threads for running a model. One thread at a time."""
+
+    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu"):
+        self._model = model  # keeps the model alive while the session lives
+        self._lib = model._lib
+        self._handle = ctypes.c_void_p()
+        options = _SessionOptions()
+        self._lib.aotpack_session_options_init(ctypes.byref(options))
+        options.num_threads = num_threads
+        options.device_type = {"cpu": 0, "cuda": 1}.get(device, -1)
+        if options.device_type < 0:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu' or 'cuda'")
+        _check(self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle)))
+
+    def _ordered(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list:
+        if not isinstance(inputs, Mapping):
+            return list(inputs)
+        names = [i.name for i in self._model.inputs]
+        missing = [n for n in names if n not in inputs]
+        extra = [k for k in inputs if k not in names]
+        if missing:
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT, f'input "{missing[0]}" is missing (the model takes {", ".join(names)})'
+            )
+        if extra:
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT,
+                f"the model takes no input named {', '.join(map(repr, extra))} (its inputs: {', '.join(names)})",
+            )
+        return [inputs[n] for n in names]
+
+    def _tensor(self, index: int, value: Any, keep: list) -> _Tensor:
+        array = np.ascontiguousarray(value)
+        expected = self._model.inputs[index].dtype if index < len(self._model.inputs) else None
+        if array.dtype.name == "bfloat16" or (isinstance(expected, str) and expected == "bfloat16" and array.dtype == np.uint16):
+            code = _BFLOAT16  # raw bfloat16 bits (ml_dtypes' bfloat16, or uint16)
+        elif array.dtype in _CODE_OF_NUMPY:
+            code = _CODE_OF_NUMPY[array.dtype]
+        else:
+            name = self._model.inputs[index].name if index < len(self._model.inputs) else str(index)
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT, f'input "{name}": numpy dtype {array.dtype} has no aotpack dtype'
+            )
+        if array.ndim > MAX_RANK:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"input {index}: rank {array.ndim} is more than {MAX_RANK}")
+        shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+        keep.append((array, shape))
+        return _Tensor(code, array.ndim, shape, array.ctypes.data if array.size else None)
+
+    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Runs the model; inputs in signature order or by name. Returns copies of the outputs."""
+        ordered = self._ordered(inputs)
+        keep: list = []
+        tensors = (_Tensor * max(len(ordered), 1))(*[self._tensor(i, v, keep) for i, v in enumerate(ordered)])
+        _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
+        outputs = []
+        for i in range(len(self._model.outputs)):
+            t = _Tensor()
+            _check(self._lib.aotpack_session_output(self._handle, i, ctypes.byref(t)))
+            shape = tuple(t.shape[d] for d in range(t.rank))
+            dtype = _DTYPES[t.dtype]
+            dtype = np.dtype(np.uint16) if isinstance(dtype, str) else dtype
+            out = np.empty(shape, dtype=dtype)
+            if out.nbytes:
+                ctypes.memmove(out.ctypes.data, t.data, out.nbytes)
+            outputs.append(out)
+        return outputs
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None) and self._handle.value:
+            self._lib.aotpack_session_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        self.close()

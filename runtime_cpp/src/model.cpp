@@ -1,0 +1,198 @@
+#include "model.hpp"
+
+#include <cstring>
+
+#include "cpu_features.hpp"
+#include "dtype.hpp"
+#include "json_reader.hpp"
+
+using namespace aotpack;
+
+namespace {
+
+bool same_expr(const Expr& a, const Expr& b) {
+  if (a.op != b.op || a.value != b.value || a.args.size() != b.args.size()) return false;
+  for (size_t i = 0; i < a.args.size(); ++i) {
+    if (!same_expr(a.args[i], b.args[i])) return false;
+  }
+  return true;
+}
+
+std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::string>& symbols) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + expr_to_string(shape[i], symbols);
+  return s + "]";
+}
+
+}  // namespace
+
+Status aotpack_model::load(const std::string& path, bool verify_digests, std::unique_ptr<aotpack_model>* out) {
+  std::unique_ptr<aotpack_model> model(new aotpack_model());
+  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests).prefixed("package " + path));
+  *out = std::move(model);
+  return Status();
+}
+
+Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
+  AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests));
+  AOTPACK_RETURN_IF_ERROR(load_weights());
+  MemberBytes program_bytes;
+  AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));
+  json::Value program_doc;
+  AOTPACK_RETURN_IF_ERROR(
+      json::parse(std::string_view(reinterpret_cast<const char*>(program_bytes.data), program_bytes.size), &program_doc)
+          .prefixed(kProgramMember));
+  AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
+  AOTPACK_RETURN_IF_ERROR(check_signature());
+  AOTPACK_RETURN_IF_ERROR(load_kernels());
+
+  weight_data_.assign(program_.buffers.size(), nullptr);
+  for (size_t i = 0; i < program_.buffers.size(); ++i) {
+    const Buffer& b = program_.buffers[i];
+    if (b.kind != BufferKind::kWeight) continue;
+    const safetensors::TensorView& t = weights_[b.weight];
+    // Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
+    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+      std::unique_ptr<uint8_t[]> copy(new uint8_t[t.size + 64]);
+      uint8_t* p = copy.get() + (64 - reinterpret_cast<uintptr_t>(copy.get()) % 64) % 64;
+      std::memcpy(p, t.data, t.size);
+      weight_data_[i] = p;
+      weight_copies_.push_back(std::move(copy));
+    } else {
+      weight_data_[i] = t.data;
+    }
+  }
+  build_infos();
+  return Status();
+}
+
+Status aotpack_model::load_weights() {
+  MemberBytes bytes;
+  AOTPACK_RETURN_IF_ERROR(package_.member(kWeightsMember, &bytes));
+  return safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember);
+}
+
+// The manifest's signature is what users and tools read; it must say what program.json does.
+Status aotpack_model::check_signature() const {
+  JsonReader r("manifest.json");
+  const json::Value* sig;
+  const std::vector<json::Value>* symbols;
+  AOTPACK_RETURN_IF_ERROR(r.object_field(package_.manifest(), "", "signature", &sig));
+  AOTPACK_RETURN_IF_ERROR(r.array_field(*sig, "signature", "symbols", &symbols));
+  auto mismatch = [](const std::string& what) {
+    return data_loss("manifest.json signature disagrees with program.json: ", what);
+  };
+  if (symbols->size() != program_.symbols.size())
+    return mismatch(str_cat(symbols->size(), " symbols in the manifest, ", program_.symbols.size(), " in the program"));
+  for (size_t i = 0; i < symbols->size(); ++i) {
+    std::string path = JsonReader::join("signature.symbols", i);
+    std::string name;
+    int64_t min, max;
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*symbols)[i], path, "name", &name));
+    AOTPACK_RETURN_IF_ERROR(r.int_field((*symbols)[i], path, "min", &min));
+    AOTPACK_RETURN_IF_ERROR(r.int_field((*symbols)[i], path, "max", &max));
+    const Symbol& s = program_.symbols[i];
+    if (name != s.name || min != s.min || max != s.max)
+      return mismatch(str_cat("symbol ", i, " is ", quoted(name), " ", min, "..", max, " in the manifest, ",
+                              quoted(s.name), " ", s.min, "..", s.max, " in the program"));
+  }
+  const char* kinds[] = {"inputs", "outputs"};
+  for (const char* kind : kinds) {
+    const std::vector<Port>& ports = std::strcmp(kind, "inputs") == 0 ? program_.inputs : program_.outputs;
+    const std::vector<json::Value>* items;
+    AOTPACK_RETURN_IF_ERROR(r.array_field(*sig, "signature", kind, &items));
+    if (items->size() != ports.size())
+      return mismatch(str_cat(items->size(), " ", kind, " in the manifest, ", ports.size(), " in the program"));
+    for (size_t i = 0; i < items->size(); ++i) {
+      std::string path = JsonReader::join(JsonReader::join("signature", kind), i);
+      std::string name, dtype;
+      const std::vector<json::Value>* dims;
+      AOTPACK_RETURN_IF_ERROR(r.string_field((*items)[i], path, "name", &name));
+      AOTPACK_RETURN_IF_ERROR(r.string_field((*items)[i], path, "dtype", &dtype));
+      AOTPACK_RETURN_IF_ERROR(r.array_field((*items)[i], path, "shape", &dims));
+      std::vector<Expr> shape(dims->size());
+      for (size_t d = 0; d < dims->size(); ++d) {
+        AOTPACK_RETURN_IF_ERROR(parse_expr((*dims)[d], program_.symbol_names, r,
+                                           JsonReader::join(JsonReader::join(path, "shape"), d), &shape[d]));
+      }
+      const Buffer& b = program_.buffers[ports[i].buffer];
+      bool same = name == ports[i].name && dtype == dtype_name(b.dtype) && shape.size() == b.shape.size();
+      for (size_t d = 0; same && d < shape.size(); ++d) same = same_expr(shape[d], b.shape[d]);
+      if (!same)
+        return mismatch(str_cat(kind, "[", i, "] is ", quoted(name), " ", dtype, " ",
+                                shape_string(shape, program_.symbol_names), " in the manifest, ", quoted(ports[i].name),
+                                " ", dtype_name(b.dtype), " ", shape_string(b.shape, program_.symbol_names),
+                                " in the program"));
+    }
+  }
+  return Status();
+}
+
+Status aotpack_model::load_kernels() {
+  JsonReader r("manifest.json");
+  const std::vector<json::Value>* targets;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(package_.manifest(), "", "targets", &targets));
+  // Among the CPU targets, the highest isa this host runs; else the reason the lowest one cannot run.
+  int best = -1, best_level = -1, lowest_level = 1 << 30;
+  Status lowest_failure;
+  std::vector<std::string> libraries(targets->size());
+  for (size_t i = 0; i < targets->size(); ++i) {
+    std::string path = JsonReader::join("targets", i);
+    std::string kind, arch, isa;
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "kind", &kind));
+    if (kind != "cpu") continue;
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "arch", &arch));
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "isa", &isa));
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "library", &libraries[i]));
+    int level = isa_level(isa);
+    Status supported = check_host_supports(arch, isa);
+    if (supported.ok() && level > best_level) {
+      best = static_cast<int>(i);
+      best_level = level;
+    }
+    if (!supported.ok() && level < lowest_level) {
+      lowest_level = level;
+      lowest_failure = supported.prefixed(str_cat("manifest.json targets[", i, "]"));
+    }
+  }
+  if (best < 0) {
+    if (!lowest_failure.ok()) return lowest_failure;
+    return unsupported("no CPU kernel library: manifest.json \"targets\" has no entry of kind \"cpu\"");
+  }
+  const std::string& library = libraries[best];
+  MemberBytes bytes;
+  AOTPACK_RETURN_IF_ERROR(package_.member(library, &bytes));
+  AOTPACK_RETURN_IF_ERROR(KernelLibrary::open(library, bytes.data, bytes.size, &kernels_));
+  step_kernels_.resize(program_.steps.size());
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    AOTPACK_RETURN_IF_ERROR(kernels_->kernel(program_.steps[i].kernel, &step_kernels_[i])
+                                .prefixed(str_cat("program.json steps[", i, "]")));
+  }
+  return Status();
+}
+
+void aotpack_model::build_infos() {
+  auto info_of = [&](const Port& port) {
+    aotpack_tensor_info_t info;
+    std::memset(&info, 0, sizeof(info));
+    const Buffer& b = program_.buffers[port.buffer];
+    info.name = port.name.c_str();
+    info.dtype = b.dtype;
+    info.rank = static_cast<int32_t>(b.shape.size());
+    for (size_t d = 0; d < b.shape.size(); ++d) {
+      aotpack_dim_info_t& dim = info.dims[d];
+      const Expr& e = b.shape[d];
+      if (e.is_const()) {
+        dim = {e.value, nullptr, e.value, e.value};
+      } else if (e.is_symbol()) {
+        const Symbol& s = program_.symbols[e.value];
+        dim = {-1, s.name.c_str(), s.min, s.max};
+      } else {
+        dim = {-1, nullptr, -1, -1};
+      }
+    }
+    return info;
+  };
+  for (const Port& p : program_.inputs) input_infos_.push_back(info_of(p));
+  for (const Port& p : program_.outputs) output_infos_.push_back(info_of(p));
+}

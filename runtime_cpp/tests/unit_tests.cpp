@@ -1,0 +1,160 @@
+// Unit tests of the runtime's hand-written pieces (JSON, SHA-256, size expressions, zip directory,
+// safetensors), run by tests/runtime/test_unit_cpp.py. No framework: each CHECK prints what failed.
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "expr.hpp"
+#include "json.hpp"
+#include "json_reader.hpp"
+#include "safetensors.hpp"
+#include "sha256.hpp"
+#include "zip_reader.hpp"
+
+using namespace aotpack;
+
+static int g_failures = 0;
+
+#define CHECK(cond)                                                  \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+      ++g_failures;                                                  \
+    }                                                                \
+  } while (0)
+
+static std::string sha(const std::string& s) {
+  return sha256_hex(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+static void test_sha256() {
+  CHECK(sha("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // Lengths around the padding boundaries (55, 56, 63, 64 bytes) against known digests.
+  CHECK(sha(std::string(55, 'a')) == "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+  CHECK(sha(std::string(56, 'a')) == "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+  CHECK(sha(std::string(64, 'a')) == "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+static bool parses(const std::string& text, json::Value* out = nullptr) {
+  json::Value v;
+  bool ok = json::parse(text, &v).ok();
+  if (out) *out = v;
+  return ok;
+}
+
+static void test_json() {
+  json::Value v;
+  CHECK(parses(R"({"a": [1, -2, 3.5, true, false, null, "x\n\u00e9\ud83d\ude00"], "b": {}})", &v));
+  CHECK(v.find("a")->as_array()[1].as_int() == -2);
+  CHECK(v.find("a")->as_array()[2].as_double() == 3.5);
+  CHECK(v.find("a")->as_array()[6].as_string() == "x\n\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(parses("9223372036854775807", &v) && v.is_int() && v.as_int() == std::numeric_limits<int64_t>::max());
+  CHECK(parses("9223372036854775808", &v) && !v.is_int());
+  CHECK(!parses(""));
+  CHECK(!parses("[1,]"));
+  CHECK(!parses("{\"a\":1,}"));
+  CHECK(!parses("{\"a\":1,\"a\":2}"));
+  CHECK(!parses("01"));
+  CHECK(!parses("1."));
+  CHECK(!parses("NaN"));
+  CHECK(!parses("[1] x"));
+  CHECK(!parses("\"a\tb\""));
+  CHECK(!parses("\"\\ud800\""));
+  CHECK(!parses("// c\n1"));
+  CHECK(!parses(std::string(200, '[') + std::string(200, ']')));
+  json::Value bad;
+  Status st = json::parse("{\n  \"a\": tru\n}", &bad);
+  CHECK(!st.ok() && st.message().find("line 2 column 8") != std::string::npos);
+  CHECK(json::quote("a\"b\\\n\x01") == "\"a\\\"b\\\\\\n\\u0001\"");
+}
+
+static Status eval(const std::string& text, std::vector<int64_t> symbols, int64_t* out) {
+  json::Value v;
+  Status st = json::parse(text, &v);
+  if (!st.ok()) return st;
+  Expr e;
+  std::vector<std::string> names = {"a", "b"};
+  st = parse_expr(v, names, JsonReader("test"), "e", &e);
+  if (!st.ok()) return st;
+  return eval_expr(e, symbols.data(), out);
+}
+
+static void test_expr() {
+  int64_t r = 0;
+  CHECK(eval("[\"+\", \"a\", 2, [\"*\", \"b\", 3]]", {5, 7}, &r).ok() && r == 28);
+  CHECK(eval("[\"//\", -7, 2]", {0, 0}, &r).ok() && r == -4);
+  CHECK(eval("[\"//\", 7, -2]", {0, 0}, &r).ok() && r == -4);
+  CHECK(eval("[\"%\", -7, 3]", {0, 0}, &r).ok() && r == 2);
+  CHECK(eval("[\"%\", 7, -3]", {0, 0}, &r).ok() && r == -2);
+  CHECK(eval("[\"max\", \"a\", \"b\", 4]", {5, 7}, &r).ok() && r == 7);
+  CHECK(eval("[\"min\", \"a\", \"b\"]", {5, 7}, &r).ok() && r == 5);
+  CHECK(eval("[\"*\", -1, [\"//\", [\"*\", -1, \"a\"], 4]]", {5, 0}, &r).ok() && r == 2);  // ceil(5/4)
+  CHECK(!eval("[\"*\", \"a\", \"a\"]", {int64_t{1} << 32, 0}, &r).ok());
+  CHECK(!eval("[\"+\", 9223372036854775807, \"a\"]", {1, 0}, &r).ok());
+  CHECK(!eval("[\"//\", \"a\", \"b\"]", {1, 0}, &r).ok());
+  CHECK(!eval("[\"%\", \"a\", \"b\"]", {1, 0}, &r).ok());
+  CHECK(!eval("[\"//\", -9223372036854775808, -1]", {0, 0}, &r).ok());
+  CHECK(!eval("\"c\"", {0, 0}, &r).ok());
+  CHECK(!eval("[\"^\", 1, 2]", {0, 0}, &r).ok());
+  CHECK(!eval("[\"//\", 1]", {0, 0}, &r).ok());
+  CHECK(!eval("[\"max\", 1]", {0, 0}, &r).ok());
+  CHECK(!eval("1.5", {0, 0}, &r).ok());
+  CHECK(!eval("true", {0, 0}, &r).ok());
+}
+
+static void test_zip_rejects_garbage() {
+  std::vector<ZipMember> members;
+  std::vector<uint8_t> junk(100, 0x50);
+  CHECK(!read_zip_directory(junk.data(), junk.size(), &members).ok());
+  // An end-of-central-directory record pointing past itself.
+  std::vector<uint8_t> eocd = {0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 1, 0, 1, 0, 46, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  Status st = read_zip_directory(eocd.data(), eocd.size(), &members);
+  CHECK(!st.ok() && st.code() == AOTPACK_DATA_LOSS);
+  std::vector<uint8_t> empty_zip = {0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(read_zip_directory(empty_zip.data(), empty_zip.size(), &members).ok() && members.empty());
+}
+
+static void test_safetensors_round_trip() {
+  float values[6] = {1, 2, 3, 4, 5, 6};
+  safetensors::TensorView t;
+  t.name = "w\"eird";
+  t.dtype = AOTPACK_DTYPE_FLOAT32;
+  t.shape = {2, 3};
+  t.data = reinterpret_cast<const uint8_t*>(values);
+  t.size = sizeof(values);
+  const char* path = "/tmp/aotpack-unit-test.safetensors";
+  CHECK(safetensors::write_file(path, {t}).ok());
+  FILE* f = std::fopen(path, "rb");
+  std::vector<uint8_t> bytes(4096);
+  size_t n = std::fread(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  std::remove(path);
+  bytes.resize(n);
+  CHECK((bytes[0] | (bytes[1] << 8)) % 8 == 0);
+  std::vector<safetensors::TensorView> back;
+  CHECK(safetensors::parse(bytes.data(), bytes.size(), &back).ok());
+  CHECK(back.size() == 1 && back[0].name == t.name && back[0].shape == t.shape);
+  CHECK(back.size() == 1 && std::memcmp(back[0].data, values, sizeof(values)) == 0);
+  bytes.pop_back();  // truncated: the tensor now runs past the data area
+  CHECK(!safetensors::parse(bytes.data(), bytes.size(), &back).ok());
+}
+
+int main() {
+  test_sha256();
+  test_json();
+  test_expr();
+  test_zip_rejects_garbage();
+  test_safetensors_round_trip();
+  if (g_failures) {
+    std::printf("%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  std::printf("all unit tests passed\n");
+  return 0;
+}

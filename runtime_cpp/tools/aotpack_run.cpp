@@ -1,0 +1,416 @@
+// aotpack-run: loads a package and runs it once (then --repeat more times for timing) through the C API.
+//
+//   aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu] [--threads N]
+//                       [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]
+//
+// Exit codes: 0 success, 1 a runtime error (bad package, bad inputs, failed run), 2 a usage error. Every
+// failure is one line on stderr.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "aotpack.hpp"
+#include "dtype.hpp"
+#include "safetensors.hpp"
+
+namespace {
+
+const char kUsage[] =
+    "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu]\n"
+    "                   [--threads N] [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]\n"
+    "\n"
+    "Runs an aotpack package. Inputs come from a safetensors file keyed by input name, or are random\n"
+    "(floats uniform in [-1, 1), integers in [0, 2)) with each symbol at --sym's value or its maximum.\n";
+
+// A usage error (exit 2); runtime errors are aotpack::Error or RunError (exit 1).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string package;
+  std::string inputs, outputs;
+  std::string device = "cpu";
+  int threads = 1;
+  bool verify = true;
+  int repeat = 5;
+  uint64_t seed = 0;
+  std::map<std::string, int64_t> symbols;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) throw UsageError(flag + " expects an integer, got \"" + text + "\"");
+  return v;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> rest(argv + 1, argv + argc);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    std::string a = rest[i];
+    std::string value;
+    bool has_inline_value = false;
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos && a.rfind("--sym", 0) != 0) {
+      value = a.substr(a.find('=') + 1);
+      a = a.substr(0, a.find('='));
+      has_inline_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (has_inline_value) return value;
+      if (i + 1 >= rest.size()) throw UsageError(a + " expects a value");
+      return rest[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--inputs") {
+      args.inputs = next();
+    } else if (a == "--outputs") {
+      args.outputs = next();
+    } else if (a == "--device") {
+      args.device = next();
+      if (args.device != "cpu" && args.device != "cuda")
+        throw UsageError("--device is \"" + args.device + "\"; expected cpu or cuda");
+    } else if (a == "--threads") {
+      int64_t n = parse_int("--threads", next());
+      if (n < 1 || n > 1024) throw UsageError("--threads must be 1..1024");
+      args.threads = static_cast<int>(n);
+    } else if (a == "--no-verify") {
+      args.verify = false;
+    } else if (a == "--repeat") {
+      int64_t n = parse_int("--repeat", next());
+      if (n < 0 || n > 1000000) throw UsageError("--repeat must be 0..1000000");
+      args.repeat = static_cast<int>(n);
+    } else if (a == "--seed") {
+      args.seed = static_cast<uint64_t>(parse_int("--seed", next()));
+    } else if (a == "--sym" || a.rfind("--sym=", 0) == 0) {
+      // --sym A=1 B=2, --sym A=1 --sym B=2 and --sym=A=1 all work.
+      std::vector<std::string> items;
+      if (a != "--sym") items.push_back(a.substr(6));
+      else items.push_back(next());
+      while (i + 1 < rest.size() && rest[i + 1].rfind("--", 0) != 0 && rest[i + 1].find('=') != std::string::npos)
+        items.push_back(rest[++i]);
+      for (const std::string& item : items) {
+        size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) throw UsageError("--sym expects NAME=VALUE, got \"" + item + "\"");
+        args.symbols[item.substr(0, eq)] = parse_int("--sym " + item.substr(0, eq), item.substr(eq + 1));
+      }
+    } else if (a.rfind("-", 0) == 0) {
+      throw UsageError("unknown option " + a);
+    } else if (args.package.empty()) {
+      args.package = a;
+    } else {
+      throw UsageError("unexpected argument \"" + a + "\" (one PACKAGE only)");
+    }
+  }
+  if (args.package.empty()) throw UsageError("missing PACKAGE");
+  if (!args.inputs.empty() && !args.symbols.empty())
+    throw UsageError("--sym sets the sizes of generated inputs; it cannot be used with --inputs");
+  return args;
+}
+
+// ---- element conversions (for random inputs and printing) ------------------------------------------------
+
+uint32_t float_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
+float bits_float(uint32_t x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {  // round to nearest even; values here are small and finite
+  uint32_t x = float_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0) {
+    if (mant == 0) return bits_float(sign);
+    exp = 127 - 15 + 1;
+    while (!(mant & 0x400)) {
+      mant <<= 1;
+      --exp;
+    }
+    return bits_float(sign | (exp << 23) | ((mant & 0x3ff) << 13));
+  }
+  if (exp == 31) return bits_float(sign | 0x7f800000 | (mant << 13));
+  return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+float bf16_to_float(uint16_t h) { return bits_float(uint32_t{h} << 16); }
+
+double element(const void* data, aotpack_dtype_t dtype, size_t i) {
+  switch (dtype) {
+    case AOTPACK_DTYPE_FLOAT32: return static_cast<const float*>(data)[i];
+    case AOTPACK_DTYPE_FLOAT64: return static_cast<const double*>(data)[i];
+    case AOTPACK_DTYPE_FLOAT16: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+    case AOTPACK_DTYPE_BFLOAT16: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+    case AOTPACK_DTYPE_INT64: return static_cast<double>(static_cast<const int64_t*>(data)[i]);
+    case AOTPACK_DTYPE_INT32: return static_cast<const int32_t*>(data)[i];
+    case AOTPACK_DTYPE_INT16: return static_cast<const int16_t*>(data)[i];
+    case AOTPACK_DTYPE_INT8: return static_cast<const int8_t*>(data)[i];
+    case AOTPACK_DTYPE_UINT8: return static_cast<const uint8_t*>(data)[i];
+    case AOTPACK_DTYPE_BOOL: return static_cast<const uint8_t*>(data)[i] ? 1 : 0;
+  }
+  return 0;
+}
+
+// ---- inputs ----------------------------------------------------------------------------------------------
+
+// One input tensor owned by the tool, 64-byte aligned.
+struct OwnedTensor {
+  aotpack_dtype_t dtype = AOTPACK_DTYPE_FLOAT32;
+  std::vector<int64_t> shape;
+  std::vector<uint64_t> storage;  // 8-byte elements: enough alignment for every dtype
+  size_t bytes = 0;
+
+  void allocate(size_t n) {
+    bytes = n;
+    storage.assign((n + 7) / 8 + 1, 0);
+  }
+  void* data() { return storage.data(); }
+  aotpack_tensor_t view() {
+    return aotpack_tensor_t{dtype, static_cast<int32_t>(shape.size()), shape.data(), storage.data()};
+  }
+};
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s;
+}
+
+std::vector<OwnedTensor> read_inputs(const std::string& path, const std::vector<aotpack_tensor_info_t>& infos) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw RunError("cannot read the inputs file " + path);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<aotpack::safetensors::TensorView> tensors;
+  aotpack::Status st = aotpack::safetensors::parse(bytes.data(), bytes.size(), &tensors);
+  if (!st.ok()) throw RunError("inputs file " + path + ": " + st.message());
+  std::vector<std::string> names;
+  for (const auto& info : infos) names.emplace_back(info.name);
+  std::vector<OwnedTensor> out;
+  for (const auto& info : infos) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name == info.name; });
+    if (it == tensors.end())
+      throw RunError("inputs file " + path + " has no tensor \"" + info.name + "\" (the model's inputs are: " +
+                     join_names(names) + ")");
+    OwnedTensor t;
+    t.dtype = it->dtype;
+    t.shape = it->shape;
+    t.allocate(it->size);
+    if (it->size) std::memcpy(t.data(), it->data, it->size);
+    out.push_back(std::move(t));
+  }
+  std::vector<std::string> extra;
+  for (const auto& t : tensors) {
+    if (std::find(names.begin(), names.end(), t.name) == names.end()) extra.push_back("\"" + t.name + "\"");
+  }
+  if (!extra.empty())
+    throw RunError("inputs file " + path + " has tensors the model does not take: " + join_names(extra) +
+                   " (the model's inputs are: " + join_names(names) + ")");
+  return out;
+}
+
+std::vector<OwnedTensor> random_inputs(const std::vector<aotpack_tensor_info_t>& infos,
+                                       const std::map<std::string, int64_t>& given, uint64_t seed) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& info : infos) {
+    for (int d = 0; d < info.rank; ++d) {
+      if (info.dims[d].symbol) symbols[info.dims[d].symbol] = info.dims[d].max;
+    }
+  }
+  for (const auto& [name, value] : given) {
+    if (!symbols.count(name)) {
+      std::vector<std::string> known;
+      for (const auto& s : symbols) known.push_back(s.first);
+      throw UsageError("--sym " + name + ": the model has no symbol \"" + name + "\" (its symbols: " +
+                       (known.empty() ? std::string("none") : join_names(known)) + ")");
+    }
+    symbols[name] = value;
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<OwnedTensor> out;
+  for (const auto& info : infos) {
+    OwnedTensor t;
+    t.dtype = info.dtype;
+    size_t count = 1;
+    for (int d = 0; d < info.rank; ++d) {
+      int64_t size = info.dims[d].symbol ? symbols[info.dims[d].symbol] : info.dims[d].size;
+      t.shape.push_back(size);
+      if (size < 0) throw UsageError(std::string("a negative size for input \"") + info.name + "\"");
+      count *= static_cast<size_t>(size);
+    }
+    t.allocate(count * aotpack_dtype_size(t.dtype));
+    for (size_t i = 0; i < count; ++i) {
+      float f = uniform(rng);
+      int64_t bit = static_cast<int64_t>(rng() & 1);
+      switch (t.dtype) {
+        case AOTPACK_DTYPE_FLOAT32: static_cast<float*>(t.data())[i] = f; break;
+        case AOTPACK_DTYPE_FLOAT64: static_cast<double*>(t.data())[i] = f; break;
+        case AOTPACK_DTYPE_FLOAT16: static_cast<uint16_t*>(t.data())[i] = float_to_half(f); break;
+        case AOTPACK_DTYPE_BFLOAT16: static_cast<uint16_t*>(t.data())[i] = float_to_bf16(f); break;
+        case AOTPACK_DTYPE_INT64: static_cast<int64_t*>(t.data())[i] = bit; break;
+        case AOTPACK_DTYPE_INT32: static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(bit); break;
+        case AOTPACK_DTYPE_INT16: static_cast<int16_t*>(t.data())[i] = static_cast<int16_t>(bit); break;
+        case AOTPACK_DTYPE_INT8: static_cast<int8_t*>(t.data())[i] = static_cast<int8_t>(bit); break;
+        case AOTPACK_DTYPE_UINT8:
+        case AOTPACK_DTYPE_BOOL: static_cast<uint8_t*>(t.data())[i] = static_cast<uint8_t>(bit); break;
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// ---- outputs ---------------------------------------------------------------------------------------------
+
+std::string shape_string(const aotpack_tensor_t& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.shape[d]);
+  return s + "]";
+}
+
+size_t element_count(const aotpack_tensor_t& t) {
+  size_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= static_cast<size_t>(t.shape[d]);
+  return n;
+}
+
+void print_output(const char* name, const aotpack_tensor_t& t) {
+  size_t n = element_count(t);
+  std::printf("output \"%s\": %s %s", name, aotpack_dtype_name(t.dtype), shape_string(t).c_str());
+  std::printf(" = [");
+  size_t shown = std::min<size_t>(n, 8);
+  for (size_t i = 0; i < shown; ++i) std::printf("%s%.6g", i ? ", " : "", element(t.data, t.dtype, i));
+  std::printf("%s]\n", n > shown ? ", ..." : "");
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+int run(const Args& args) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  aotpack::Model model(args.package, args.verify);
+  double load_ms = ms_since(t0);
+
+  aotpack_session_options_t options;
+  aotpack_session_options_init(&options);
+  options.device_type = args.device == "cuda" ? AOTPACK_DEVICE_CUDA : AOTPACK_DEVICE_CPU;
+  options.num_threads = args.threads;
+  aotpack::Session session(model, options);
+
+  std::vector<aotpack_tensor_info_t> infos;
+  for (size_t i = 0; i < model.num_inputs(); ++i) infos.push_back(model.input_info(i));
+  std::vector<OwnedTensor> inputs =
+      args.inputs.empty() ? random_inputs(infos, args.symbols, args.seed) : read_inputs(args.inputs, infos);
+  std::vector<aotpack_tensor_t> views;
+  for (OwnedTensor& t : inputs) views.push_back(t.view());
+
+  t0 = clock::now();
+  session.run(views);
+  double first_ms = ms_since(t0);
+  std::vector<double> times;
+  for (int r = 0; r < args.repeat; ++r) {
+    t0 = clock::now();
+    session.run(views);
+    times.push_back(ms_since(t0));
+  }
+
+  std::vector<aotpack::safetensors::TensorView> to_write;
+  for (size_t i = 0; i < model.num_outputs(); ++i) {
+    aotpack_tensor_info_t info = model.output_info(i);
+    aotpack_tensor_t t = session.output(i);
+    print_output(info.name, t);
+    aotpack::safetensors::TensorView v;
+    v.name = info.name;
+    v.dtype = t.dtype;
+    v.shape.assign(t.shape, t.shape + t.rank);
+    v.data = static_cast<const uint8_t*>(t.data);
+    v.size = element_count(t) * aotpack_dtype_size(t.dtype);
+    to_write.push_back(std::move(v));
+  }
+  if (!args.outputs.empty()) {
+    aotpack::Status st = aotpack::safetensors::write_file(args.outputs, to_write);
+    if (!st.ok()) throw RunError(st.message());
+    std::printf("wrote %s\n", args.outputs.c_str());
+  }
+  std::printf("load %.3f ms, first run %.3f ms", load_ms, first_ms);
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    double median = times.size() % 2 ? times[times.size() / 2]
+                                     : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
+    std::printf(", median of %zu runs %.3f ms", times.size(), median);
+  }
+  std::printf(" (%d thread%s)\n", args.threads, args.threads == 1 ? "" : "s");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Args args = parse_args(argc, argv);
+    return run(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "aotpack-run: %s (see aotpack-run --help)\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "aotpack-run: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "aotpack-run: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "aotpack-run: unexpected error\n");
+    return 1;
+  }
+}
