@@ -103,11 +103,16 @@ class GraphLowering:
             )
         return expr
 
+    @staticmethod
+    def _first_tensor(node: torch.fx.Node) -> torch.Tensor:
+        val = node.meta["val"]
+        return val[0] if isinstance(val, (tuple, list)) else val  # multi-output ops: the first output
+
     def shape_of(self, node: torch.fx.Node) -> tuple[sympy.Expr, ...]:
-        return tuple(self.sym(s) for s in node.meta["val"].shape)
+        return tuple(self.sym(s) for s in self._first_tensor(node).shape)
 
     def dtype_of(self, node: torch.fx.Node) -> str:
-        return dtype_name(node.meta["val"].dtype)
+        return dtype_name(self._first_tensor(node).dtype)
 
     def where(self) -> str:
         return source_line(self.current) if self.current is not None else "the model"
@@ -192,6 +197,7 @@ class GraphLowering:
             elif node.op == "output":
                 self._outputs(node)
         self.current = None
+        self._drop_unused_weights()
         return Program(
             symbols=self.symbols,
             buffers=dict(self.buffers),
@@ -200,6 +206,14 @@ class GraphLowering:
             outputs=tuple(self.outputs),
             weights=dict(self.weights),
         )
+
+    def _drop_unused_weights(self) -> None:
+        """Constants no kernel reads (e.g. batch norm's num_batches_tracked) stay out of the package."""
+        read = {name for step in self.steps for name in step.reads()}
+        for name, buf in list(self.buffers.items()):
+            if buf.kind == "weight" and name not in read:
+                del self.buffers[name]
+                self.weights.pop(buf.source, None)
 
     def _check_supported(self) -> None:
         missing = []

@@ -13,11 +13,11 @@ import torch
 
 from ..errors import UnsupportedError
 from .graph import GraphLowering
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
 from .values import TensorValue, broadcast_to
 
-aten = torch.ops.aten
+aten = OptionalOps(torch.ops.aten)
 
 
 def _indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what: str, wrap: bool) -> Node:

@@ -11,10 +11,10 @@ from ..errors import UnsupportedError
 from . import values as V
 from .graph import GraphLowering
 from .ir import ConvKernel, MatmulKernel, StridedView
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .values import TensorValue
 
-aten = torch.ops.aten
+aten = OptionalOps(torch.ops.aten)
 
 
 def _batched_view(ctx: GraphLowering, x: TensorValue) -> StridedView:

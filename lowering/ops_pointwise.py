@@ -14,18 +14,20 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..errors import UnsupportedError
 from .graph import GraphLowering, dtype_name
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Node, Op, cast, is_float
 from .values import TensorValue, broadcast_to
 
-aten = torch.ops.aten
-prims = torch.ops.prims
+aten = OptionalOps(torch.ops.aten)
+prims = OptionalOps(torch.ops.prims)
 
 Operand = Any  # TensorValue, a Python number, or a sympy size expression
 
 
 def scalar_node(value: Any, dtype: str) -> Node:
     if isinstance(value, sympy.Expr):
+        if value.is_number and not value.is_Integer:
+            return cast(Const(float(value), "float64"), dtype)
         return cast(IndexValue(value, "int64"), dtype)
     if isinstance(value, bool):
         return cast(Const(value, "bool"), dtype)
@@ -356,3 +358,30 @@ def _logit(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, eps: Any = N
 
     return elementwise(ctx, node, [x], fn)
 
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_eval(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: Any, bias: Any,
+                     mean: TensorValue, var: TensorValue, momentum: float, eps: float) -> tuple:
+    """Inference batch norm over dim 1: (x - mean) / sqrt(var + eps) * weight + bias, all elementwise."""
+    shape = x.shape
+    channel_shape = [shape[1]] + [1] * (x.rank - 2)
+    from .values import reshape
+
+    stats = [mean, var] + [t for t in (weight, bias) if t is not None]
+    per_channel = [broadcast_to(reshape(t, channel_shape), shape) for t in stats]
+    out = x.dtype
+
+    def load(idx: tuple) -> Node:
+        v = cast(x.loader(idx), out)
+        m, s = (cast(t.loader(idx), out) for t in per_channel[:2])
+        rest = [cast(t.loader(idx), out) for t in per_channel[2:]]
+        inv = Op("rsqrt", (Op("add", (s, Const(float(eps), out)), out),), out)
+        y = Op("mul", (Op("sub", (v, m), out), inv), out)
+        if weight is not None:
+            y = Op("mul", (y, rest.pop(0)), out)
+        if bias is not None:
+            y = Op("add", (y, rest.pop(0)), out)
+        return y
+
+    return (TensorValue(out, shape, load), None, None)

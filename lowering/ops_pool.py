@@ -14,12 +14,12 @@ from torch.utils._sympy.functions import CeilDiv, FloorDiv
 from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .ops_reduce import _mean
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Node, Op, cast
 from .symbolic import upper_bound
 from .values import TensorValue
 
-aten = torch.ops.aten
+aten = OptionalOps(torch.ops.aten)
 
 # Windows with more elements than this are not unrolled (they would make huge kernels).
 MAX_WINDOW = 64

@@ -8,13 +8,13 @@ import sympy
 import torch
 
 from .graph import GraphLowering
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Op, cast
 from .symbolic import product
 from .values import TensorValue, broadcast_to
 
-aten = torch.ops.aten
-prims = torch.ops.prims
+aten = OptionalOps(torch.ops.aten)
+prims = OptionalOps(torch.ops.prims)
 
 
 def _dims(x: TensorValue, dims: Any) -> list[int]:
@@ -111,7 +111,8 @@ def _var(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dims: Any = No
         return Op("mul", (diff, diff), out)
 
     squares = ctx.reduce(TensorValue(out, x.shape, deviation), dims, "sum", out, keepdim)
-    denom = cast(IndexValue(sympy.Max(count - correction, 0), "int64"), out)
+    # max(N - correction, 0) in floating point: correction may be fractional.
+    denom = Op("maximum", (Op("sub", (n, Const(float(correction), out)), out), Const(0.0, out)), out)
     return TensorValue(out, squares.shape, lambda idx: Op("div", (squares.loader(idx), denom), out))
 
 

@@ -11,11 +11,11 @@ from ..errors import UnsupportedError
 from . import values as V
 from .graph import GraphLowering
 from .ir import StridedView
-from .registry import lowers
+from .registry import OptionalOps, lowers
 from .values import TensorValue
 
-aten = torch.ops.aten
-prims = torch.ops.prims
+aten = OptionalOps(torch.ops.aten)
+prims = OptionalOps(torch.ops.prims)
 
 
 def _norm_index(index: Any, size: sympy.Expr) -> sympy.Expr:

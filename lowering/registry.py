@@ -14,10 +14,36 @@ Lowering = Callable[..., Any]
 _LOWERINGS: dict[Any, Lowering] = {}
 
 
+class OptionalOps:
+    """An op namespace whose missing ops are None: op sets differ between torch releases."""
+
+    def __init__(self, namespace: Any) -> None:
+        self._namespace = namespace
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._namespace, name)
+        except (AttributeError, RuntimeError):
+            return _MISSING
+
+
+class _Missing:
+    """A missing op: its overloads are missing too, and `lowers` skips it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+
+_MISSING = _Missing()
+
+
 def lowers(*ops: Any) -> Callable[[Lowering], Lowering]:
+    """Registers fn for each op; None entries (ops this torch release lacks) are skipped."""
+
     def register(fn: Lowering) -> Lowering:
         for op in ops:
-            _LOWERINGS[op] = fn
+            if op is not None and op is not _MISSING:
+                _LOWERINGS[op] = fn
         return fn
 
     return register

@@ -74,6 +74,8 @@ def cast(node: Node, dtype: str) -> Node:
         return node
     if isinstance(node, Const):
         return Const(_convert(node.value, dtype), dtype)
+    if isinstance(node, IndexValue) and node.expr.is_Integer:
+        return Const(_convert(int(node.expr), dtype), dtype)
     return Op("cast", (node,), dtype)
 
 

@@ -1,0 +1,112 @@
+"""The whole export: model.py -> capture -> lowering stages -> one package file.
+
+This module only sequences the stages that exporter/, lowering/ and packages/ own, and writes down
+what the package promises (the manifest).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from . import __version__, knobs
+from .exporter import CapturedProgram, export_model
+from .lowering.compile_cpp import compiler_version
+from .lowering.decompositions import decompositions
+from .lowering.stages import Lowered, run_stages
+from .lowering.symbolic import to_json
+from .packages import layout
+from .packages.writer import write_package
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path
+    manifest: dict[str, Any]
+    seconds: dict[str, float]  # time per phase
+    size: int
+    notes: tuple[str, ...]
+
+
+def _signature(captured: CapturedProgram, lowered: Lowered) -> dict[str, Any]:
+    program = lowered.program
+
+    def tensor(name: str) -> dict[str, Any]:
+        buf = program.buffers[name]
+        return {"name": buf.source, "dtype": buf.dtype, "shape": [to_json(s) for s in buf.shape]}
+
+    return {
+        "symbols": [{"name": s.name, "min": s.min, "max": s.max} for s in program.symbols],
+        "inputs": [tensor(b) for b in program.inputs],
+        "outputs": [tensor(b) for b in program.outputs],
+    }
+
+
+def build_package(
+    model_file: str | Path,
+    output: str | Path,
+    dynamic: Iterable[str] = (),
+    name: str | None = None,
+    version: str = "0.1.0",
+    dump_stages: Sequence[str] = (),
+    dump: Callable[[str, str], None] | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+    verify: Callable[[Path, CapturedProgram], dict[str, Any]] | None = None,
+) -> BuildResult:
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    progress("capturing the model with torch.export (eval mode, no_grad)")
+    captured = export_model(model_file, dynamic, decompositions())
+    seconds["capture"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    progress("lowering to kernels and compiling them")
+    isa = knobs.cpu_isa()
+    lowered = run_stages(captured, isa, dump=dump, dump_stages=tuple(dump_stages))
+    seconds["lower_and_compile"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    members = {
+        layout.PROGRAM: _json_bytes(lowered.program_json),
+        layout.WEIGHTS: safetensors.torch.save(lowered.program.weights) if lowered.program.weights
+        else safetensors.torch.save({}),
+        layout.cpu_library(isa): lowered.library_bytes,
+        layout.cpu_source(isa): lowered.library.source.encode(),
+    }
+    manifest = {
+        "name": name or Path(model_file).resolve().parent.name,
+        "version": version,
+        "producer": {
+            "aotpack": __version__,
+            "torch": torch.__version__,
+            "compiler": compiler_version(knobs.cxx()),
+            "python": platform.python_version(),
+        },
+        "targets": [{"kind": "cpu", "arch": platform.machine(), "isa": isa, "library": layout.cpu_library(isa)}],
+        "signature": _signature(captured, lowered),
+        "metadata": {"kernels": len(lowered.library.kernels), "steps": len(lowered.program.steps),
+                     "arena_bytes": lowered.plan.arena_bytes},
+    }
+    output = Path(output)
+    if verify is not None:
+        progress("verifying the package against eager PyTorch")
+        # The manifest is not covered by digests, so verification results can be added after the fact:
+        # write once, run it through the real runtime, then write the final file with the results.
+        write_package(output, manifest, members)
+        manifest["verification"] = verify(output, captured)
+    final = write_package(output, manifest, members)
+    seconds["package"] = time.perf_counter() - start
+    return BuildResult(output, final, seconds, output.stat().st_size, tuple(captured.notes))
+
+
+def _json_bytes(value: Any) -> bytes:
+    from .packages.writer import canonical_json
+
+    return canonical_json(value)

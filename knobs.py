@@ -1,0 +1,27 @@
+"""Every setting aotpack reads from the environment, typed, in one place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Where compiled kernel libraries are cached by source hash (AOTPACK_CACHE_DIR)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aotpack"
+    return Path(os.environ.get("AOTPACK_CACHE_DIR", default))
+
+
+def cxx() -> str:
+    """The C++ compiler used at export for CPU kernels (AOTPACK_CXX, else CXX, else g++)."""
+    return os.environ.get("AOTPACK_CXX") or os.environ.get("CXX") or "g++"
+
+
+def cpu_isa() -> str:
+    """The x86-64 level CPU kernels are compiled for (AOTPACK_CPU_ISA): x86-64-v2, -v3 (default) or -v4."""
+    return os.environ.get("AOTPACK_CPU_ISA", "x86-64-v3")
+
+
+def runtime_lib() -> str | None:
+    """An explicit path to libaotpack.so for the Python binding (AOTPACK_RUNTIME_LIB)."""
+    return os.environ.get("AOTPACK_RUNTIME_LIB") or None

@@ -1,0 +1,129 @@
+"""The lowering pipeline as an ordered list of named stages. Reading STAGES tells the whole compiler.
+
+    lower        ATen graph -> kernel IR (views as index math, elementwise chains fused, see values.py)
+    plan_memory  kernel IR -> arena offsets for every intermediate, sized for the declared maxima
+    render_cpp   kernel IR -> one C++ source from templates/cpp (identical kernels once)
+    compile_cpp  C++ source -> kernels.so bytes (cached by source hash)
+    serialize    everything -> program.json (docs/package-format.md)
+
+Any stage's output can be printed with `aotpack export --dump STAGE`.
+"""
+
+from __future__ import annotations
+
+import pprint
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import ops_index, ops_linalg, ops_pointwise, ops_pool, ops_reduce, ops_views  # noqa: F401  (registration)
+from .codegen_cpp import RenderedLibrary, render_library
+from .compile_cpp import compile_library
+from .graph import GraphLowering
+from .ir import MemoryPlan, Program
+from .memory import plan_memory
+from .symbolic import to_json
+from .verify import verify_plan, verify_program
+
+
+@dataclass(frozen=True)
+class Lowered:
+    program: Program | None = None
+    plan: MemoryPlan | None = None
+    library: RenderedLibrary | None = None
+    library_bytes: bytes | None = None
+    program_json: dict[str, Any] | None = None
+    isa: str = "x86-64-v3"
+
+
+def _lower(state: Lowered, captured: Any) -> Lowered:
+    program = GraphLowering(captured).run()
+    verify_program(program, "lower")
+    return Lowered(program=program, isa=state.isa)
+
+
+def _plan(state: Lowered, captured: Any) -> Lowered:
+    plan = plan_memory(state.program)
+    verify_plan(state.program, plan, "plan_memory")
+    return Lowered(state.program, plan, isa=state.isa)
+
+
+def _render(state: Lowered, captured: Any) -> Lowered:
+    return Lowered(state.program, state.plan, render_library(state.program), isa=state.isa)
+
+
+def _compile(state: Lowered, captured: Any) -> Lowered:
+    data = compile_library(state.library.source, state.isa)
+    return Lowered(state.program, state.plan, state.library, data, isa=state.isa)
+
+
+def _serialize(state: Lowered, captured: Any) -> Lowered:
+    return Lowered(state.program, state.plan, state.library, state.library_bytes,
+                   program_to_json(state.program, state.plan, state.library), state.isa)
+
+
+STAGES: tuple[tuple[str, Callable[[Lowered, Any], Lowered]], ...] = (
+    ("lower", _lower),
+    ("plan_memory", _plan),
+    ("render_cpp", _render),
+    ("compile_cpp", _compile),
+    ("serialize", _serialize),
+)
+STAGE_NAMES = tuple(name for name, _ in STAGES)
+
+
+def run_stages(captured: Any, isa: str, dump: Callable[[str, str], None] | None = None,
+               dump_stages: tuple[str, ...] = ()) -> Lowered:
+    state = Lowered(isa=isa)
+    for name, stage in STAGES:
+        state = stage(state, captured)
+        if dump is not None and name in dump_stages:
+            dump(name, describe(name, state))
+    return state
+
+
+def describe(stage: str, state: Lowered) -> str:
+    """A readable dump of what `stage` produced."""
+    if stage == "lower":
+        lines = [f"symbols: {state.program.symbols}"]
+        lines += [f"  {b.name}: {b.kind} {b.dtype}{list(b.shape)} {b.source or ''}" for b in state.program.buffers.values()]
+        lines += [f"step {t}: {pprint.pformat(step, width=120)}" for t, step in enumerate(state.program.steps)]
+        return "\n".join(lines)
+    if stage == "plan_memory":
+        return pprint.pformat(state.plan, width=120)
+    if stage == "render_cpp":
+        return state.library.source
+    if stage == "compile_cpp":
+        return f"kernels.so: {len(state.library_bytes)} bytes"
+    import json
+
+    return json.dumps(state.program_json, indent=1)
+
+
+def program_to_json(program: Program, plan: MemoryPlan, library: RenderedLibrary) -> dict[str, Any]:
+    ids = {name: i for i, name in enumerate(program.buffers)}
+    buffers = []
+    for name, buf in program.buffers.items():
+        entry: dict[str, Any] = {"id": ids[name], "kind": buf.kind, "dtype": buf.dtype,
+                                 "shape": [to_json(s) for s in buf.shape]}
+        if buf.kind == "input":
+            entry["input"] = program.inputs.index(name)
+        elif buf.kind == "weight":
+            entry["weight"] = buf.source
+        elif buf.kind == "arena":
+            if name not in plan.offsets:
+                continue  # never written: nothing to place
+            entry["offset"] = plan.offsets[name]
+            entry["max_bytes"] = plan.max_bytes[name]
+        else:
+            entry["output"] = program.outputs.index(name)
+            entry["max_bytes"] = plan.max_bytes[name]
+        buffers.append(entry)
+    return {
+        "symbols": [{"name": s.name, "min": s.min, "max": s.max} for s in program.symbols],
+        "inputs": [{"name": program.buffers[b].source, "buffer": ids[b]} for b in program.inputs],
+        "outputs": [{"name": program.buffers[b].source, "buffer": ids[b]} for b in program.outputs],
+        "buffers": buffers,
+        "arena_bytes": plan.arena_bytes,
+        "steps": [{"kernel": k, "args": [ids[a] for a in args]} for k, args in zip(library.step_kernels, library.step_args)],
+    }
