@@ -1,0 +1,197 @@
+"""Capturing the model with torch.export for inference, and checking the result is something the package
+can reproduce: tensor outputs only, no state changed in place, and the declared ranges kept exactly."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+
+from ..errors import CaptureError
+from .diagnose import CaptureContext, explain
+from .dynamic import SymbolSpec, capture_examples
+from .frames import UserFiles, one_line
+from .model_file import ModelSpec
+from .quiet import quiet_torch
+
+INFERENCE_NOTE = "captured for inference: the model in eval mode (dropout off, batch norm on running "
+INFERENCE_NOTE += "statistics), under torch.no_grad()"
+
+
+@dataclass(frozen=True)
+class CapturedProgram:
+    program: ExportedProgram  # decomposed to core ATen (plus what the lowering asked to keep)
+    symbols: tuple[SymbolSpec, ...]
+    symbol_of: Mapping[str, str]  # torch's symbol in placeholder shapes ("s27") -> user symbol ("seq")
+    input_names: tuple[str, ...]  # forward-argument names of the user inputs, in order
+    output_names: tuple[str, ...]  # "output", or "output_0", "output_1", ... over the flattened outputs
+    model_file: Path
+    example_inputs: tuple[torch.Tensor, ...]  # as model.py gave them (not enlarged for capture)
+    notes: tuple[str, ...]  # what the user should know about how the model was captured
+
+
+def capture(
+    spec: ModelSpec,
+    symbols: Iterable[SymbolSpec] = (),
+    dynamic_shapes: Mapping[str, Any] | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> CapturedProgram:
+    symbols = tuple(symbols)
+    inputs, enlarged = capture_examples(spec, symbols)
+    files = UserFiles(spec.path)
+    spec.model.eval()
+    try:
+        with torch.no_grad(), quiet_torch():
+            # Non-strict: the user's Python runs as written, so their errors carry their own frames.
+            program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:
+        raise explain(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
+    try:
+        with quiet_torch():
+            program = program.run_decompositions(decomposition_table(decompositions))
+    except Exception as e:
+        raise CaptureError(
+            f"decomposing the captured graph to core ATen failed: {type(e).__name__}: {one_line(str(e))}"
+        ) from e
+
+    _reject_mutations(program, files)
+    symbol_of = _symbol_of(program, spec, symbols)
+    _check_ranges(program, symbols, symbol_of)
+    return CapturedProgram(
+        program=program,
+        symbols=symbols,
+        symbol_of=symbol_of,
+        input_names=spec.input_names,
+        output_names=_output_names(program),
+        model_file=spec.path,
+        example_inputs=spec.example_inputs,
+        notes=(INFERENCE_NOTE, *enlarged),
+    )
+
+
+def decomposition_table(extra: Mapping[Any, Callable[..., Any]] | None) -> Any:
+    """torch's default table (everything to core ATen) with the lowering's own entries on top."""
+    default = getattr(torch.export, "default_decompositions", None)
+    if default is not None:
+        table = default()
+    else:  # older torch
+        from torch._decomp import core_aten_decompositions
+
+        table = dict(core_aten_decompositions())
+    for op, fn in (extra or {}).items():
+        table[op] = fn
+    return table
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _node_line(program: ExportedProgram, name: str, files: UserFiles) -> str:
+    """` at model.py:12 (self.count += 1)` for the graph node that wrote a mutated value, when known."""
+    for node in program.graph.nodes:
+        if node.name == name:
+            frames = [m for m in _FRAME.finditer(node.meta.get("stack_trace") or "") if m["file"] in files]
+            if frames:
+                return f" at {files.frame(frames[-1]['file'], int(frames[-1]['line'])).describe()}"
+    return ""
+
+
+def _reject_mutations(program: ExportedProgram, files: UserFiles) -> None:
+    # A package runs a pure function of its inputs; state a model updates in place would be lost silently.
+    # (These only show after run_decompositions: export's first graph keeps the in-place ops.)
+    sig = program.graph_signature
+    for node_name, buffer in sig.buffers_to_mutate.items():
+        raise CaptureError(
+            f"forward() updates buffer {buffer!r} in place{_node_line(program, node_name, files)}; aotpack "
+            "exports inference-only models whose forward() changes no state\nhint: remove the update, or "
+            "guard it with `if self.training:`"
+        )
+    for node_name, arg in sig.user_inputs_to_mutate.items():
+        raise CaptureError(
+            f"forward() modifies its input {arg!r} in place{_node_line(program, node_name, files)}; the "
+            "package cannot write back into its caller's tensors\nhint: use the out-of-place op (x = x + 1)"
+        )
+
+
+def _output_names(program: ExportedProgram) -> tuple[str, ...]:
+    """Names over the flattened outputs; any non-tensor output is refused, named by its path (`output[1]`)."""
+    spec = program.call_spec.out_spec
+    user = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    for i, arg in enumerate(user):
+        if not isinstance(arg, TensorArgument):
+            raise CaptureError(
+                f"forward() returns {_non_tensor(arg)} as {_output_path(spec, len(user), i)}, not a tensor; "
+                "aotpack packages return tensors only\nhint: return only tensors (wrap a number as "
+                "torch.tensor(...) or drop it)"
+            )
+    if spec is None or spec.is_leaf():
+        return ("output",)
+    return tuple(f"output_{i}" for i in range(len(user)))
+
+
+def _output_path(spec: Any, count: int, index: int) -> str:
+    try:
+        leaves = pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(count)), spec))[0]
+        return "output" + pytree.keystr(leaves[index][0])
+    except Exception:  # pytree API differences across torch versions: the flat index still says which
+        return f"output {index}"
+
+
+def _non_tensor(arg: Any) -> str:
+    if type(arg).__name__ == "ConstantArgument":
+        value = arg.value
+        return "None" if value is None else f"the {type(value).__name__} {value!r}"
+    if type(arg).__name__ == "SymIntArgument":
+        return "a Python int computed from input sizes"
+    return f"a {type(arg).__name__.removesuffix('Argument')}"
+
+
+def _user_placeholders(program: ExportedProgram) -> list[torch.fx.Node]:
+    names = [s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [nodes[name] for name in names]
+
+
+def _symbol_of(program: ExportedProgram, spec: ModelSpec, symbols: tuple[SymbolSpec, ...]) -> dict[str, str]:
+    dynamic = {s.name for s in symbols if not s.is_static}
+    symbol_of: dict[str, str] = {}
+    for arg, node in zip(spec.input_names, _user_placeholders(program)):
+        shape = node.meta["val"].shape
+        for axis, user in spec.dynamic_axes.get(arg, {}).items():
+            size = shape[axis]
+            if user in dynamic and isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if getattr(expr, "is_Symbol", False):
+                    symbol_of[str(expr)] = user
+    return symbol_of
+
+
+def _check_ranges(program: ExportedProgram, symbols: tuple[SymbolSpec, ...], symbol_of: Mapping[str, str]) -> None:
+    # The declared range is a contract the runtime enforces; a graph torch narrowed (or that it proved valid
+    # only for part of the range) must not be packaged as if it covered all of it.
+    declared = {s.name: s for s in symbols}
+    for sym, bounds in program.range_constraints.items():
+        user = symbol_of.get(str(sym))
+        if user is None:
+            continue
+        s = declared[user]
+        lo, hi = bounds.lower, bounds.upper
+        if _as_int(lo) != s.min or _as_int(hi) != s.max:
+            raise CaptureError(
+                f"torch.export kept {user} only over {lo}..{hi}, not the declared {s.min}..{s.max}; "
+                f"declare --dynamic {user}={lo}..{hi} if that is the real range"
+            )
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # torch's int_oo, or a symbolic bound
+        return None

@@ -1,0 +1,288 @@
+"""Turning a torch.export failure into a CaptureError that names the symbol, the user's line and a fix.
+
+torch's own message for a specialised dynamic dim ("Constraints violated (seq)! ... specialized it to be a
+constant (10)") names the symbol but not the line, and its traceback holds no frame of the user's file. So
+on such a failure the model is traced again with torch.export.draft_export, which does not stop at the
+first problem and records, for each guard it had to add, the user's stack (DraftExportReport.failures).
+That report is private API: every use of it is guarded, and without it the message still names the symbol.
+Data-dependent branches and ordinary Python errors in forward() do carry the user's frame in the
+traceback (export is non-strict: the user's Python really runs), so those need no second trace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import CaptureError
+from .dynamic import SymbolSpec
+from .frames import UserFiles, UserFrame, innermost_user_frame, one_line
+from .model_file import ModelSpec
+from .quiet import quiet_torch
+
+SIZE_HINT = (
+    "use torch.cond / tensor ops instead of Python control flow on sizes, or declare a static size"
+)
+DATA_HINT = (
+    "use torch.where / torch.cond instead of Python control flow on tensor values, and keep .item(), "
+    "int(), float() and bool() of tensors out of forward()"
+)
+
+
+@dataclass(frozen=True)
+class CaptureContext:
+    """What explain() needs to retrace the model and to speak in the user's terms."""
+
+    spec: ModelSpec
+    symbols: tuple[SymbolSpec, ...]
+    dynamic_shapes: Any
+    inputs: tuple[torch.Tensor, ...]  # the (possibly enlarged) inputs export traced with
+    files: UserFiles
+
+    def symbol(self, name: str) -> SymbolSpec | None:
+        return next((s for s in self.symbols if s.name == name), None)
+
+    def symbol_at(self, arg: str, axis: int) -> str | None:
+        return self.spec.dynamic_axes.get(arg, {}).get(axis)
+
+
+@dataclass(frozen=True)
+class DraftFailure:
+    kind: str  # FailureType name: GUARD_ADDED, DATA_DEPENDENT_ERROR, ...
+    expr: str  # in the user's symbol names where known
+    symbols: frozenset[str]  # user symbols the expression involves
+    frame: UserFrame | None
+
+
+def explain(exc: BaseException, ctx: CaptureContext) -> CaptureError:
+    if _is_constraint_violation(exc):
+        return _explain_specialisation(exc, ctx)
+    if _is_data_dependent(exc):
+        return _explain_data_dependent(exc, ctx)
+    return _explain_other(exc, ctx)
+
+
+# --- classification ---------------------------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _torch_class(module: str, name: str) -> type | None:
+    try:
+        return getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _is_constraint_violation(exc: BaseException) -> bool:
+    cls = _torch_class("torch.fx.experimental.symbolic_shapes", "ConstraintViolationError")
+    return any(
+        (cls is not None and isinstance(e, cls)) or "Constraints violated" in str(e) for e in _chain(exc)
+    )
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    cls = _torch_class("torch.fx.experimental.symbolic_shapes", "GuardOnDataDependentSymNode")
+    return any(
+        (cls is not None and isinstance(e, cls)) or "data-dependent expression" in str(e) for e in _chain(exc)
+    )
+
+
+# --- a dynamic dimension specialised by the model ---------------------------------------------------
+
+_CONSTANT = re.compile(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((-?\d+)\)")
+_EQUAL = re.compile(r"The values of (\w+) = .*? and (\w+) = .*? must always be equal")
+_GUARD = re.compile(r"Not all values of (\w+) = .*? satisfy the generated guard (.*?)\.?\s*$", re.MULTILINE)
+_NAMED = re.compile(r"Constraints violated \(([^)]*)\)")
+_FIX_RANGE = re.compile(r"(\w+) = Dim\('\w+',\s*(?:min=(\d+))?,?\s*(?:max=(\d+))?\)")
+_SOURCE = re.compile(r"(?:L\[')?(\w+)(?:'\])?\.size\(\)\[(\d+)\]")
+
+
+def _explain_specialisation(exc: BaseException, ctx: CaptureContext) -> CaptureError:
+    text = "\n".join(str(e) for e in _chain(exc))
+    named = _NAMED.search(text)
+    violated = [s.strip() for s in named.group(1).split(",")] if named else []
+    failures = [f for f in draft_failures(ctx) if f.kind == "GUARD_ADDED"]
+
+    def locate(*symbols: str, prefer: str | None = None) -> tuple[UserFrame | None, str | None]:
+        relevant = [f for f in failures if set(symbols) & f.symbols] or failures
+        relevant.sort(key=lambda f: (f.frame is None, prefer is not None and f.expr != prefer))
+        return (relevant[0].frame, relevant[0].expr) if relevant else (None, None)
+
+    if m := _EQUAL.search(text):
+        a, b = sorted((m.group(1), m.group(2)))
+        frame, _ = locate(a, b)
+        return CaptureError(
+            f"symbols {a} and {b} must be equal: {_at(frame)} requires {a} == {b}\n"
+            f"hint: bind both axes to the same symbol in dynamic_axes (or make the code not need them equal)"
+        )
+    if m := _CONSTANT.search(text):
+        sym, value = m.group(1), m.group(2)
+        frame, _ = locate(sym, prefer=f"{sym} == {value}")
+        return CaptureError(
+            f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} makes {sym} a constant ({value}), "
+            f"so the graph would only be valid for {sym}={value}\n"
+            f"hint: this code makes {sym} a constant; {SIZE_HINT}"
+        )
+    if m := _GUARD.search(text):
+        sym = m.group(1)
+        frame, expr = locate(sym)
+        condition = expr or _sources_to_symbols(m.group(2), ctx)
+        return CaptureError(
+            f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, which does not "
+            f"hold over the whole range\nhint: {_range_fix(text, sym) or SIZE_HINT}"
+        )
+    sym = ", ".join(violated) or "a dynamic dimension"
+    frame, expr = locate(*violated)
+    what = f"assumes {expr}" if expr else "specialises it"
+    return CaptureError(
+        f"cannot keep {sym} dynamic: {_at(frame)} {what}: {one_line(str(exc))}\nhint: {SIZE_HINT}"
+    )
+
+
+def _at(frame: UserFrame | None) -> str:
+    return frame.describe() if frame else "the model's code (aotpack could not find the line)"
+
+
+def _range(ctx: CaptureContext, name: str) -> str:
+    s = ctx.symbol(name)
+    return f" over {s.min}..{s.max}" if s else ""
+
+
+def _range_fix(text: str, sym: str) -> str | None:
+    """torch suggests a narrower Dim when the code needs one (e.g. `x[:, 2]` needs seq >= 3)."""
+    for m in _FIX_RANGE.finditer(text):
+        if m.group(1) == sym and (m.group(2) or m.group(3)):
+            lo, hi = m.group(2) or "MIN", m.group(3) or "MAX"
+            return (
+                f"if {sym} really is limited to that, declare --dynamic {sym}={lo}..{hi}; "
+                f"otherwise {SIZE_HINT}"
+            )
+    return None
+
+
+def _sources_to_symbols(expr: str, ctx: CaptureContext) -> str:
+    """`L['x'].size()[1] != 16` -> `seq != 16`."""
+    return _SOURCE.sub(lambda m: ctx.symbol_at(m.group(1), int(m.group(2))) or m.group(0), expr)
+
+
+# --- control flow on tensor values ------------------------------------------------------------------
+
+
+def _explain_data_dependent(exc: BaseException, ctx: CaptureContext) -> CaptureError:
+    frame = innermost_user_frame(exc, ctx.files)
+    if frame is None:
+        found = [f for f in draft_failures(ctx) if f.kind == "DATA_DEPENDENT_ERROR" and f.frame]
+        frame = found[0].frame if found else None
+    text = str(exc)
+    if "specialized integer" in text or "specialized float" in text:
+        what = "turns a tensor value into a Python number (.item() / int() / float())"
+    else:
+        what = "branches on the values in a tensor (data-dependent control flow)"
+    return CaptureError(
+        f"cannot capture {_at(frame)}: it {what}, but one graph must serve every input\nhint: {DATA_HINT}"
+    )
+
+
+# --- anything else: the user's own error, or Python torch.export cannot trace -----------------------
+
+
+def _explain_other(exc: BaseException, ctx: CaptureContext) -> CaptureError:
+    # Run forward() eagerly: if it fails there too, it is a plain bug in the model (or its example inputs),
+    # and the eager error speaks in concrete sizes rather than torch's symbols (3*s27).
+    eager = _eager_error(ctx)
+    if eager is not None:
+        frame = innermost_user_frame(eager, ctx.files) or innermost_user_frame(exc, ctx.files)
+        where = f"{frame.describe()}: " if frame else ""
+        return CaptureError(
+            f"{where}forward() raised {type(eager).__name__} on the example inputs: {one_line(str(eager))}"
+        )
+    frame = innermost_user_frame(exc, ctx.files)
+    where = f" {frame.describe()}" if frame else " the model"
+    return CaptureError(f"torch.export cannot capture{where}: {type(exc).__name__}: {one_line(str(exc))}")
+
+
+def _eager_error(ctx: CaptureContext) -> Exception | None:
+    try:
+        with torch.no_grad(), quiet_torch():
+            ctx.spec.model(*ctx.inputs)
+    except Exception as e:
+        return e
+    return None
+
+
+# --- draft_export's report (private API, guarded) ---------------------------------------------------
+
+
+def draft_failures(ctx: CaptureContext) -> list[DraftFailure]:
+    """The failures draft_export records for this model, or [] wherever that API is missing or differs."""
+    draft = getattr(torch.export, "draft_export", None)
+    if draft is None:
+        return []
+    try:
+        with torch.no_grad(), quiet_torch():
+            program = draft(ctx.spec.model, ctx.inputs, dynamic_shapes=ctx.dynamic_shapes)
+        report = program._report
+        names = _filename_table(report)
+        return [_failure(f, names, ctx) for f in report.failures]
+    except Exception:  # a different torch: fall back to the plain message
+        return []
+
+
+def _filename_table(report: Any) -> Mapping[int, str]:
+    # Frames name files by index into torch's process-wide intern table. The report's own table holds only
+    # the files first interned during the draft run, not those the failed export before it interned, so
+    # the global table is the main source and the report's fills in.
+    table: dict[int, str] = {}
+    try:
+        from torch._logging.structured import INTERN_TABLE  # path -> index
+
+        table.update({index: path for path, index in INTERN_TABLE.items()})
+    except (ImportError, AttributeError):
+        pass
+    extra = getattr(report, "str_to_filename", None)
+    if isinstance(extra, Mapping):
+        table.update(extra)
+    return table
+
+
+def _failure(failure: Any, names: Mapping[int, str], ctx: CaptureContext) -> DraftFailure:
+    kind = getattr(failure.failure_type, "name", str(failure.failure_type))
+    data = failure.data if isinstance(failure.data, Mapping) else {}
+    rename = {}
+    for torch_sym, source in (data.get("symbol_to_sources") or {}).items():
+        m = _SOURCE.search(str(source))
+        user = ctx.symbol_at(m.group(1), int(m.group(2))) if m else None
+        if user:
+            rename[str(torch_sym)] = user
+    expr = _readable(str(data.get("expr", "")), rename)
+    frame = None
+    for entry in reversed(list(data.get("user_stack") or [])):
+        filename = entry.get("filename")
+        filename = names.get(filename) if isinstance(filename, int) else filename
+        line = entry.get("line")
+        if isinstance(filename, str) and isinstance(line, int) and filename in ctx.files:
+            frame = ctx.files.frame(filename, line, entry.get("loc"))
+            break
+    return DraftFailure(kind, expr, frozenset(rename.values()), frame)
+
+
+def _readable(expr: str, rename: Mapping[str, str]) -> str:
+    """`Eq(s27, 10)` -> `seq == 10`, in the user's symbol names."""
+    for torch_sym, user in rename.items():
+        expr = re.sub(rf"\b{re.escape(torch_sym)}\b", user, expr)
+    m = re.fullmatch(r"(Eq|Ne)\((.+), (.+)\)", expr)
+    if m:
+        return f"{m.group(2)} {'==' if m.group(1) == 'Eq' else '!='} {m.group(3)}"
+    return expr

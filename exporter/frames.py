@@ -1,0 +1,96 @@
+"""Finding the user's own line in a traceback or a torch stack, so errors point at model code, not torch."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import torch
+
+_TORCH_DIR = Path(torch.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class UserFrame:
+    path: Path
+    line: int
+    code: str  # the source line's text, stripped; "" when it cannot be read
+
+    def where(self) -> str:
+        return f"{display_path(self.path)}:{self.line}"
+
+    def describe(self) -> str:
+        """`model.py:10 (for t in range(x.shape[1]):)`, the form every message uses."""
+        return f"{self.where()} ({self.code})" if self.code else self.where()
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """The path as short as stays unambiguous: relative to the working directory when under it."""
+    path = Path(path)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+class UserFiles:
+    """Which source files count as the user's: the model file's folder (siblings it imports included), never
+    torch itself even if a user keeps their model next to a torch checkout."""
+
+    def __init__(self, model_file: Path) -> None:
+        self.model_file = model_file.resolve()
+        self.folder = self.model_file.parent
+
+    def __contains__(self, filename: object) -> bool:
+        if not isinstance(filename, str) or filename.startswith("<"):
+            return False
+        try:
+            path = Path(filename).resolve()
+        except OSError:
+            return False
+        if path == self.model_file:
+            return True
+        if path.is_relative_to(_TORCH_DIR) or "site-packages" in path.parts:
+            return False
+        return path.is_relative_to(self.folder)
+
+    def frame(self, filename: str, line: int, code: str | None = None) -> UserFrame:
+        if not code:
+            code = linecache.getline(filename, line)
+        return UserFrame(Path(filename).resolve(), line, (code or "").strip())
+
+
+def innermost_user_frame(exc: BaseException, files: UserFiles) -> UserFrame | None:
+    """The deepest frame in the user's files along the exception's traceback and its causes: deepest is where
+    the offending code is (a helper in layers.py rather than the forward() that called it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _innermost(current.__traceback__, files)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _innermost(tb: TracebackType | None, files: UserFiles) -> UserFrame | None:
+    found = None
+    for summary in traceback.extract_tb(tb):
+        if summary.lineno is not None and summary.filename in files:
+            found = files.frame(summary.filename, summary.lineno, summary.line)
+    return found
+
+
+def one_line(message: str, limit: int = 300) -> str:
+    """The first non-empty line of a (torch) exception message, cut to a readable length."""
+    for line in str(message).splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""

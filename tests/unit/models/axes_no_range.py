@@ -1,0 +1,6 @@
+import torch
+
+model = torch.nn.ReLU()
+example_inputs = (torch.randn(2, 5),)
+dynamic_axes = {"input": {0: "batch", 1: "seq"}}
+dynamic_ranges = {"seq": (1, 64)}

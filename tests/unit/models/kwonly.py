@@ -1,0 +1,10 @@
+import torch
+
+
+class KwOnly(torch.nn.Module):
+    def forward(self, x, *, scale):
+        return x * scale
+
+
+model = KwOnly()
+example_inputs = (torch.randn(2, 3),)

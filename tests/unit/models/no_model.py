@@ -1,0 +1,3 @@
+import torch
+
+example_inputs = (torch.randn(2, 3),)

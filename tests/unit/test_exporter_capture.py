@@ -1,0 +1,200 @@
+"""exporter.capture: torch.export over the declared ranges, and errors that name the user's line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from aotpack.errors import CaptureError
+from aotpack.exporter import CapturedProgram, SymbolSpec, capture, export_model, load_model_file, resolve_symbols
+
+MODELS = Path(__file__).parent / "models"
+
+
+def line_of(name: str, marker: str) -> int:
+    lines = (MODELS / name).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if marker in line)
+
+
+def export(name: str, *dynamic: str) -> CapturedProgram:
+    return export_model(MODELS / name, dynamic)
+
+
+def capture_error(name: str, *dynamic: str, chained: bool = True) -> str:
+    with pytest.raises(CaptureError) as info:
+        export(name, *dynamic)
+    if chained:  # a translated torch.export failure keeps torch's error as its cause, for --debug
+        assert info.value.__cause__ is not None
+    return str(info.value)
+
+
+def symbol_ranges(captured: CapturedProgram) -> dict[str, tuple[int, int]]:
+    return {
+        captured.symbol_of[str(sym)]: (int(r.lower), int(r.upper))
+        for sym, r in captured.program.range_constraints.items()
+    }
+
+
+def run(captured: CapturedProgram, *inputs: torch.Tensor):
+    return captured.program.module()(*inputs)
+
+
+# --- positive -------------------------------------------------------------------------------------
+
+
+def test_static_export():
+    captured = export("static_mlp.py")
+    assert captured.symbols == () and captured.symbol_of == {}
+    assert captured.input_names == ("x",) and captured.output_names == ("output",)
+    assert captured.model_file == (MODELS / "static_mlp.py").resolve()
+    assert any("eval mode" in note for note in captured.notes)
+    x = captured.example_inputs[0]
+    spec = load_model_file(MODELS / "static_mlp.py")
+    with torch.no_grad():
+        expected = spec.model.eval()(x)  # same seed: same weights; eval mode: dropout off
+    torch.testing.assert_close(run(captured, x), expected)
+    assert not any(n.target == torch.ops.aten.dropout.default for n in captured.program.graph.nodes)
+
+
+def test_dynamic_one_symbol():
+    captured = export("dyn_seq.py")
+    assert captured.symbols == (SymbolSpec("seq", 1, 64),)
+    assert set(captured.symbol_of.values()) == {"seq"}
+    assert symbol_ranges(captured) == {"seq": (1, 64)}
+    placeholder = next(n for n in captured.program.graph.nodes if n.op == "placeholder" and n.name == "x")
+    assert str(placeholder.meta["val"].shape[1]) in captured.symbol_of
+    spec = load_model_file(MODELS / "dyn_seq.py")
+    for seq in (1, 3, 64):
+        x = torch.randn(2, seq, 8)
+        torch.testing.assert_close(run(captured, x), spec.model(x), msg=f"seq={seq}")
+
+
+def test_dynamic_two_symbols_shared_across_inputs():
+    captured = export("dyn_two.py")
+    assert captured.input_names == ("x", "mask")
+    assert captured.output_names == ("output_0", "output_1")
+    assert sorted(captured.symbol_of.values()) == ["batch", "seq"]
+    assert symbol_ranges(captured) == {"batch": (1, 8), "seq": (1, 128)}
+    x, mask = torch.randn(5, 7, 4), torch.ones(5, 7)
+    a, b = run(captured, x, mask)
+    assert a.shape == (5, 4) and b.shape == (5, 7)
+
+
+def test_cli_range_is_what_is_captured():
+    captured = export("dyn_two.py", "seq=2..16")
+    assert symbol_ranges(captured) == {"batch": (1, 8), "seq": (2, 16)}
+
+
+def test_min_one_kept_with_size_one_example():
+    captured = export("size_one.py")
+    assert symbol_ranges(captured) == {"seq": (1, 32)}  # not 2..32: only the traced example was enlarged
+    assert captured.example_inputs[0].shape == (3, 1)
+    assert any("traced with size 2" in note for note in captured.notes)
+    tokens = torch.arange(3).reshape(3, 1)
+    torch.testing.assert_close(run(captured, tokens), tokens.float().cumsum(1) + 1)
+
+
+def test_nested_outputs_flattened():
+    captured = export("nested_out.py")
+    assert captured.output_names == ("output_0", "output_1", "output_2")
+
+
+def test_capture_directly_with_decompositions():
+    spec = load_model_file(MODELS / "dyn_seq.py")
+    plan = resolve_symbols(spec)
+    # Keep softmax whole: the lowering stage asks for this kind of thing.
+    table = {torch.ops.aten._softmax.default: None}
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions=None)
+    ops = {n.target for n in captured.program.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten._softmax.default in ops  # core ATen keeps softmax
+    assert table  # the parameter accepts a dict; None is the default table
+
+
+# --- specialisation and data-dependent control flow ------------------------------------------------
+
+
+def test_loop_over_dynamic_size_is_refused_with_its_line():
+    message = capture_error("loop.py")
+    line = line_of("loop.py", "# LOOP")
+    assert f"loop.py:{line} (for t in range(x.shape[1]):" in message
+    assert "makes seq a constant (10)" in message
+    assert "torch.cond / tensor ops instead of Python control flow on sizes" in message
+    assert len(message.splitlines()) <= 3
+
+
+def test_loop_is_fine_when_static():
+    captured = export("loop.py", "seq=10..10")
+    assert captured.program.graph is not None
+
+
+def test_branch_on_size_is_refused_with_its_line():
+    message = capture_error("shape_eq.py")
+    line = line_of("shape_eq.py", "# BRANCH")
+    assert f"shape_eq.py:{line} (if x.shape[1] == 16:" in message
+    assert "seq != 16" in message
+
+
+def test_data_dependent_branch_is_refused_with_its_line():
+    message = capture_error("data_branch.py")
+    line = line_of("data_branch.py", "# DATA")
+    assert f"data_branch.py:{line} (if x.sum() > 0:" in message
+    assert "values in a tensor" in message and "torch.where" in message
+
+
+def test_item_is_refused_with_its_line():
+    message = capture_error("item_size.py")
+    assert f"item_size.py:{line_of('item_size.py', '# ITEM')}" in message
+    assert ".item()" in message
+
+
+def test_symbols_forced_equal():
+    message = capture_error("equal_symbols.py")
+    assert f"equal_symbols.py:{line_of('equal_symbols.py', '# EQUAL')}" in message
+    assert "requires a == b" in message and "same symbol" in message
+
+
+def test_code_needing_narrower_range_suggests_it():
+    message = capture_error("needs_min.py")
+    assert f"needs_min.py:{line_of('needs_min.py', '# NEEDS3')}" in message
+    assert "--dynamic seq=3..32" in message
+
+
+# --- other failures -------------------------------------------------------------------------------
+
+
+def test_user_exception_in_forward():
+    message = capture_error("user_raise.py")
+    assert f"user_raise.py:{line_of('user_raise.py', '# RAISE')}" in message
+    assert "RuntimeError" in message and "shape '[-1, 7]' is invalid for input of size 30" in message
+
+
+def test_unsupported_python_shows_reason_and_line():
+    message = capture_error("unsupported.py")
+    assert f"unsupported.py:{line_of('unsupported.py', '# NUMPY')}" in message
+    assert "torch.export cannot capture" in message and ".numpy()" in message
+    assert "\n" not in message
+
+
+def test_non_tensor_output_is_named():
+    message = capture_error("int_output.py", chained=False)
+    assert "returns the int 3 as output[1]['count'], not a tensor" in message
+
+
+def test_buffer_mutation_is_inference_only():
+    message = capture_error("buffer_update.py", chained=False)
+    assert "updates buffer 'calls' in place" in message and "inference-only" in message
+    assert f"buffer_update.py:{line_of('buffer_update.py', '# MUTATE')}" in message
+
+
+def test_input_mutation_is_refused():
+    message = capture_error("input_update.py", chained=False)
+    assert "modifies its input 'x' in place" in message
+    assert f"input_update.py:{line_of('input_update.py', '# MUTATE')}" in message
+
+
+def test_no_torch_noise_on_stderr(capfd):
+    capture_error("data_branch.py")
+    out, err = capfd.readouterr()
+    assert "def forward" not in err and "def forward" not in out
