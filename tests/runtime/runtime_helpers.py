@@ -130,7 +130,9 @@ def rewrite(src, dst, *, manifest=None, members=None, drop=(), recompute_digests
     if recompute_digests:
         man["members"] = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in entries.items()}
     if manifest:
-        man = manifest(copy.deepcopy(man)) or man
+        edited = copy.deepcopy(man)
+        result = manifest(edited)
+        man = edited if result is None else result
     for name in drop:
         entries.pop(name)
     return write_raw_package(dst, [(layout.MANIFEST, canonical_json(man)), *entries.items()])
