@@ -266,6 +266,13 @@ class Parser {
         return Status();
       }
       if (static_cast<unsigned char>(c) < 0x20) return error("control character in a string");
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        size_t n = utf8_sequence_length(text_.substr(pos_));
+        if (n == 0) return error("invalid UTF-8 in a string");
+        out->append(text_.substr(pos_, n));
+        pos_ += n;
+        continue;
+      }
       if (c != '\\') {
         *out += c;
         ++pos_;
@@ -301,6 +308,28 @@ class Parser {
         default: return error(str_cat("invalid escape '\\", e, "'"));
       }
     }
+  }
+
+  // The length of the well-formed UTF-8 sequence `s` starts with (RFC 3629: no overlong forms, no
+  // surrogates, nothing above U+10FFFF), or 0.
+  static size_t utf8_sequence_length(std::string_view s) {
+    auto byte = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+    auto cont = [&](size_t i) { return (byte(i) & 0xC0) == 0x80; };
+    unsigned b0 = byte(0), b1 = byte(1);
+    if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 0;
+    if (b0 >= 0xE0 && b0 <= 0xEF) {
+      if (!cont(1) || !cont(2)) return 0;
+      if (b0 == 0xE0 && b1 < 0xA0) return 0;  // overlong
+      if (b0 == 0xED && b1 >= 0xA0) return 0;  // surrogate
+      return 3;
+    }
+    if (b0 >= 0xF0 && b0 <= 0xF4) {
+      if (!cont(1) || !cont(2) || !cont(3)) return 0;
+      if (b0 == 0xF0 && b1 < 0x90) return 0;  // overlong
+      if (b0 == 0xF4 && b1 >= 0x90) return 0;  // above U+10FFFF
+      return 4;
+    }
+    return 0;
   }
 
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }

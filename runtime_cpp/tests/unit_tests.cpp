@@ -67,6 +67,12 @@ static void test_json() {
   CHECK(!parses("\"a\tb\""));
   CHECK(!parses("\"\\ud800\""));
   CHECK(!parses("// c\n1"));
+  CHECK(parses("\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""));
+  CHECK(!parses("\"\xe3\x28\""));      // bad continuation
+  CHECK(!parses("\"\xc0\xaf\""));      // overlong
+  CHECK(!parses("\"\xed\xa0\x80\""));  // encoded surrogate
+  CHECK(!parses("\"\xf4\x90\x80\x80\""));  // above U+10FFFF
+  CHECK(!parses("\"\xe2\x82\""));      // truncated
   CHECK(!parses(std::string(200, '[') + std::string(200, ']')));
   json::Value bad;
   Status st = json::parse("{\n  \"a\": tru\n}", &bad);
