@@ -23,7 +23,7 @@ from .lowering.decompositions import decompositions
 from .lowering.stages import Lowered, run_stages
 from .lowering.symbolic import to_json
 from .packages import layout
-from .packages.writer import write_package
+from .packages.writer import canonical_json, write_package
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,14 @@ def _signature(captured: CapturedProgram, lowered: Lowered) -> dict[str, Any]:
     }
 
 
+def capture_model_file(model_file: str | Path, dynamic: Iterable[str] = ()) -> CapturedProgram:
+    """model.py and `--dynamic` specs -> the captured program, decomposed for the lowering."""
+    return export_model(model_file, dynamic, decompositions())
+
+
 def build_package(
-    model_file: str | Path,
+    captured: CapturedProgram,
     output: str | Path,
-    dynamic: Iterable[str] = (),
     name: str | None = None,
     version: str = "0.1.0",
     dump_stages: Sequence[str] = (),
@@ -60,12 +64,8 @@ def build_package(
     progress: Callable[[str], None] = lambda message: None,
     verify: Callable[[Path, CapturedProgram], dict[str, Any]] | None = None,
 ) -> BuildResult:
+    """Lowers a captured program and writes the package file to `output` (atomically)."""
     seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    progress("capturing the model with torch.export (eval mode, no_grad)")
-    captured = export_model(model_file, dynamic, decompositions())
-    seconds["capture"] = time.perf_counter() - start
-
     start = time.perf_counter()
     progress("lowering to kernels and compiling them")
     isa = knobs.cpu_isa()
@@ -74,14 +74,13 @@ def build_package(
 
     start = time.perf_counter()
     members = {
-        layout.PROGRAM: _json_bytes(lowered.program_json),
-        layout.WEIGHTS: safetensors.torch.save(lowered.program.weights) if lowered.program.weights
-        else safetensors.torch.save({}),
+        layout.PROGRAM: canonical_json(lowered.program_json),
+        layout.WEIGHTS: safetensors.torch.save(lowered.program.weights),
         layout.cpu_library(isa): lowered.library_bytes,
         layout.cpu_source(isa): lowered.library.source.encode(),
     }
     manifest = {
-        "name": name or Path(model_file).resolve().parent.name,
+        "name": name or default_name(captured.model_file),
         "version": version,
         "producer": {
             "aotpack": __version__,
@@ -96,17 +95,21 @@ def build_package(
     }
     output = Path(output)
     if verify is not None:
-        progress("verifying the package against eager PyTorch")
+        progress("verifying the package against eager PyTorch through the C++ runtime")
         # The manifest is not covered by digests, so verification results can be added after the fact:
-        # write once, run it through the real runtime, then write the final file with the results.
-        write_package(output, manifest, members)
-        manifest["verification"] = verify(output, captured)
+        # write a trial package beside the output, run it through the real runtime, then write the final one.
+        trial = output.with_name(f".{output.name}.verify")
+        try:
+            write_package(trial, manifest, members)
+            manifest["verification"] = verify(trial, captured)
+        finally:
+            trial.unlink(missing_ok=True)
     final = write_package(output, manifest, members)
     seconds["package"] = time.perf_counter() - start
     return BuildResult(output, final, seconds, output.stat().st_size, tuple(captured.notes))
 
 
-def _json_bytes(value: Any) -> bytes:
-    from .packages.writer import canonical_json
-
-    return canonical_json(value)
+def default_name(model_file: Path) -> str:
+    """examples/mlp/model.py -> "mlp"; my_net.py -> "my_net"."""
+    model_file = Path(model_file)
+    return model_file.resolve().parent.name if model_file.stem == "model" else model_file.stem

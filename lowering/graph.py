@@ -64,7 +64,8 @@ class GraphLowering:
         self.captured = captured
         self.ep: torch.export.ExportedProgram = captured.program
         self.graph: torch.fx.Graph = self.ep.graph
-        self.symbols = tuple(Symbol(s.name, s.min, s.max) for s in captured.symbols)
+        # A symbol with min == max was captured as a constant size: nothing to bind at run time.
+        self.symbols = tuple(Symbol(s.name, s.min, s.max) for s in captured.symbols if s.min != s.max)
         self._rename = self._torch_symbols_to_user()
         self.buffers: dict[str, Buffer] = {}
         self.steps: list[Kernel] = []

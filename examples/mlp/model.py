@@ -3,7 +3,11 @@
 import torch
 from torch import nn
 
-model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+def model() -> nn.Module:
+    torch.manual_seed(0)  # the same weights each time the file is loaded, so runs can be compared with eager
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
 
 example_inputs = (torch.randn(4, 32),)
 

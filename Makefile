@@ -1,0 +1,40 @@
+# Set-up, demo and tests. `make demo` and `make test` each set up what they need first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# A pinned CPU build of PyTorch; a machine that already has torch in the venv keeps its own.
+TORCH_SPEC ?= torch==2.13.0
+DEMO := build/demo
+
+.PHONY: setup runtime demo test coverage clean
+
+setup: $(VENV)/.installed runtime
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+# The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.
+runtime: $(VENV)/.installed
+	cmake -S runtime_cpp -B build/runtime -DCMAKE_BUILD_TYPE=Release > /dev/null
+	cmake --build build/runtime -j2
+	mkdir -p $(VENV)/lib
+	install -m 755 build/runtime/aotpack-run $(BIN)/aotpack-run
+	install -m 644 build/runtime/libaotpack.so $(VENV)/lib/libaotpack.so
+
+# Export the MLP example with a dynamic batch, run it with the C++ runtime alone, compare with eager.
+demo: setup
+	mkdir -p $(DEMO)
+	$(BIN)/aotpack export examples/mlp/model.py --dynamic batch=1..64 -o $(DEMO)/mlp.aotpack
+	$(BIN)/aotpack inspect $(DEMO)/mlp.aotpack
+	$(BIN)/python examples/compare.py inputs examples/mlp/model.py $(DEMO)/in.safetensors input=5,32
+	$(BIN)/aotpack-run $(DEMO)/mlp.aotpack --inputs $(DEMO)/in.safetensors --outputs $(DEMO)/out.safetensors --device cpu
+	$(BIN)/python examples/compare.py check examples/mlp/model.py $(DEMO)/in.safetensors $(DEMO)/out.safetensors
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf build

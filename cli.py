@@ -1,0 +1,142 @@
+"""The `aotpack` command: export, inspect, verify.
+
+Every error a user can cause ends as one `error: ...` line and exit status 1, never a traceback
+(AOTPACK_TRACEBACK=1 shows it, for reporting bugs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import AotpackError
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (AotpackError, OSError) as e:
+            if os.environ.get("AOTPACK_TRACEBACK"):
+                raise
+            _fail(str(e))
+        except RuntimeError as e:  # the runtime binding's errors (it has no torch, so no shared base)
+            if type(e).__module__ != "aotpack.runtime" or os.environ.get("AOTPACK_TRACEBACK"):
+                raise
+            _fail(str(e))
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="aotpack")
+def main() -> None:
+    """Export PyTorch models to one self-contained package that a C++ runtime runs."""
+
+
+def _progress(message: str) -> None:
+    click.echo(f"  {message}", err=True)
+
+
+@main.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Package path (default: NAME.aotpack).")
+@click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=MIN..MAX",
+              help="A dynamic dimension's inclusive range; repeatable; overrides model.py's dynamic_ranges.")
+@click.option("--name", help="Package name (default: the model's folder, or the file's stem).")
+@click.option("--version", "version", default="0.1.0", show_default=True, help="Package version.")
+@click.option("--dump", "dump", multiple=True, metavar="STAGE",
+              help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, serialize).")
+@click.option("--no-verify", is_flag=True, help="Skip running the package against eager PyTorch at export.")
+def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
+           dump: tuple[str, ...], no_verify: bool) -> None:
+    """Capture MODEL_FILE with torch.export and write one .aotpack package."""
+    from .build import build_package, capture_model_file, default_name
+    from .lowering.stages import STAGE_NAMES
+    from .verification import verify_package
+
+    unknown = [s for s in dump if s not in STAGE_NAMES]
+    if unknown:
+        _fail(f"--dump {unknown[0]}: no such stage; the stages are {', '.join(STAGE_NAMES)}")
+    if not Path(model_file).is_file():
+        _fail(f"{model_file}: no such file; pass the path of a model.py")
+    output = output or f"{name or default_name(Path(model_file))}.aotpack"
+    start = time.perf_counter()
+    click.echo(f"exporting {model_file} -> {output}", err=True)
+    _progress("capturing with torch.export (eval mode, under torch.no_grad())")
+    captured = capture_model_file(model_file, dynamic)
+    for note in captured.notes:
+        _progress(f"note: {note}")
+    result = build_package(
+        captured, output, name=name, version=version, dump_stages=dump,
+        dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"), progress=_progress,
+        verify=None if no_verify else verify_package,
+    )
+    signature = result.manifest["signature"]
+    symbols = ", ".join(f"{s['name']}={s['min']}..{s['max']}" for s in signature["symbols"]) or "static shapes"
+    verification = result.manifest.get("verification", {"skipped": "--no-verify"})
+    checked = (f"matches eager (rel err {verification['rel_error']})" if verification.get("passed")
+               else f"not verified: {verification.get('skipped')}")
+    click.echo(f"wrote {result.path} ({result.size / 1e6:.2f} MB, {symbols}) in {time.perf_counter() - start:.1f} s; "
+               f"{checked}", err=True)
+
+
+def _shape(shape: list[Any]) -> str:
+    return "[" + ", ".join(json.dumps(d) if not isinstance(d, str) else d for d in shape) + "]"
+
+
+@main.command()
+@click.argument("package", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def inspect(package: str, as_json: bool) -> None:
+    """Show a package's identity, signature with ranges, sizes and kernels."""
+    from .packages import layout
+    from .packages.reader import read_package
+
+    pkg = read_package(package)
+    m = pkg.manifest
+    if as_json:
+        click.echo(json.dumps(m, indent=1, sort_keys=True))
+        return
+    program = pkg.program
+    sig = m["signature"]
+    click.echo(f"{m['name']} {m['version']}  ({m['format']} format {m['format_version']})")
+    click.echo("producer: " + ", ".join(f"{k} {v}" for k, v in sorted(m["producer"].items())))
+    click.echo("targets:  " + ", ".join(f"{t['kind']} {t.get('arch', '')} {t.get('isa', '')}".strip() for t in m["targets"]))
+    click.echo("symbols:  " + (", ".join(f"{s['name']} in {s['min']}..{s['max']}" for s in sig["symbols"]) or "none (static)"))
+    for kind in ("inputs", "outputs"):
+        for t in sig[kind]:
+            click.echo(f"{kind[:-1]:>7}:  {t['name']}: {t['dtype']}{_shape(t['shape'])}")
+    weights = pkg.members[layout.WEIGHTS]
+    click.echo(f"weights:  {len(weights) / 1e6:.2f} MB")
+    click.echo(f"arena:    {program['arena_bytes'] / 1e6:.2f} MB at the declared maxima")
+    click.echo(f"kernels:  {len({s['kernel'] for s in program['steps']})} distinct, {len(program['steps'])} steps")
+    verification = m.get("verification")
+    if verification:
+        click.echo(f"verified: {verification}")
+
+
+@main.command()
+@click.argument("package", type=click.Path(exists=True, dir_okay=False))
+def verify(package: str) -> None:
+    """Check every member of PACKAGE against the sha256 digests in its manifest."""
+    from .packages.reader import read_package, verify_digests
+
+    pkg = read_package(package)
+    problems = verify_digests(pkg)
+    if problems:
+        _fail(f"{package}: " + "; ".join(problems))
+    click.echo(f"{package}: {len(pkg.members)} members match their digests")
+
+
+if __name__ == "__main__":
+    main()

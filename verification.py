@@ -1,0 +1,83 @@
+"""Comparing a package's outputs with eager PyTorch: at export (recorded in the manifest) and in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import AotpackError
+
+# Relative norm error allowed per dtype (DESIGN.md §6).
+TOLERANCE = {"float32": 1e-5, "float64": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+class VerificationError(AotpackError):
+    pass
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """‖out − ref‖ / ‖ref‖ over finite reference elements (non-finite ones must match exactly)."""
+    out64, ref64 = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    finite = np.isfinite(ref64)
+    if not np.array_equal(np.isnan(out64), np.isnan(ref64)) or not np.array_equal(out64[~finite & ~np.isnan(ref64)],
+                                                                                   ref64[~finite & ~np.isnan(ref64)]):
+        return float("inf")
+    diff = np.linalg.norm((out64 - ref64)[finite])
+    norm = np.linalg.norm(ref64[finite])
+    return float(diff / norm) if norm > 0 else float(diff)
+
+
+def mismatch_report(name: str, out: np.ndarray, ref: np.ndarray) -> str:
+    """What a failing comparison prints: shapes, errors and where the worst element is."""
+    if out.shape != ref.shape:
+        return f"{name}: shape {out.shape}, expected {ref.shape}"
+    diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+    worst = np.unravel_index(np.nanargmax(diff), diff.shape) if diff.size else ()
+    return (f"{name}: rel err {relative_error(out, ref):.3e}, max abs err {np.nanmax(diff) if diff.size else 0:.3e}, "
+            f"mean abs err {np.nanmean(diff) if diff.size else 0:.3e}, shape {out.shape}, worst at {tuple(map(int, worst))}: "
+            f"{out[worst] if diff.size else None} vs {ref[worst] if diff.size else None}")
+
+
+def verification_inputs(examples: Sequence[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:
+    """Fresh float inputs of the examples' shapes from a fixed seed (so packages stay reproducible);
+    integer and boolean inputs (indices, masks) keep the example's values, which are valid by construction."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(x.shape, generator=gen).to(x.dtype) if x.is_floating_point() else x.clone() for x in examples]
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy()
+    return t.detach().contiguous().numpy()
+
+
+def verify_package(path: Path, captured: Any) -> dict[str, Any]:
+    """Runs the package through the C++ runtime at the example shapes and compares with eager."""
+    from . import runtime
+
+    try:
+        runtime.library_path()
+    except runtime.AotpackError as e:
+        return {"skipped": str(e)}
+    model = runtime.Model(path)
+    inputs = verification_inputs(captured.example_inputs)
+    with torch.no_grad():
+        expected = captured.program.module()(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    outputs = model.session().run([to_numpy(x) for x in inputs])
+    errors, failures = {}, []
+    for name, out, ref in zip(captured.output_names, outputs, expected):
+        ref_np = ref.float().numpy() if ref.dtype in (torch.bfloat16, torch.float16) else ref.numpy()
+        err = relative_error(out.astype(ref_np.dtype) if out.dtype != ref_np.dtype else out, ref_np)
+        errors[name] = float(f"{err:.1e}")
+        if not err <= TOLERANCE.get(str(ref.dtype).removeprefix("torch."), 0.0):
+            failures.append(mismatch_report(name, out, ref_np))
+    if failures:
+        raise VerificationError(
+            "the exported package does not reproduce eager PyTorch at the example inputs, so it was not written "
+            "(this is an aotpack bug; please report it with the model):\n  " + "\n  ".join(failures))
+    return {"inputs": "example shapes, float inputs drawn from seed 0", "rel_error": errors, "passed": True}
