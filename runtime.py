@@ -64,7 +64,12 @@ class _Tensor(ctypes.Structure):
 
 
 class _DimInfo(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_int64), ("symbol", ctypes.c_char_p), ("min", ctypes.c_int64), ("max", ctypes.c_int64)]
+    _fields_ = [
+        ("size", ctypes.c_int64),
+        ("symbol", ctypes.c_char_p),
+        ("min", ctypes.c_int64),
+        ("max", ctypes.c_int64),
+    ]
 
 
 class _TensorInfo(ctypes.Structure):
@@ -168,7 +173,9 @@ def lib() -> ctypes.CDLL:
             try:
                 loaded = ctypes.CDLL(str(path))
             except OSError as e:
-                raise AotpackError(StatusCode.NOT_FOUND, f"cannot load the aotpack runtime library {path}: {e}") from e
+                raise AotpackError(
+                    StatusCode.NOT_FOUND, f"cannot load the aotpack runtime library {path}: {e}"
+                ) from e
             _declare(loaded)
             _lib = loaded
         return _lib
@@ -233,7 +240,9 @@ class Model:
         options = _ModelOptions()
         self._lib.aotpack_model_options_init(ctypes.byref(options))
         options.verify_digests = 1 if verify_digests else 0
-        _check(self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle)))
+        _check(
+            self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle))
+        )
         self.path = Path(path)
         self.inputs = self._infos(self._lib.aotpack_model_num_inputs, self._lib.aotpack_model_input_info)
         self.outputs = self._infos(self._lib.aotpack_model_num_outputs, self._lib.aotpack_model_output_info)
@@ -276,10 +285,19 @@ class Session:
         options.num_threads = num_threads
         options.device_type = {"cpu": 0, "cuda": 1}.get(device, -1)
         if options.device_type < 0:
-            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu' or 'cuda'")
-        _check(self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle)))
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu' or 'cuda'"
+            )
+        _check(
+            self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
+        )
 
     def _ordered(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list:
+        if isinstance(inputs, np.ndarray):
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT,
+                "inputs must be a list or a dict of arrays, not one array: pass [x]",
+            )
         if not isinstance(inputs, Mapping):
             return list(inputs)
         names = [i.name for i in self._model.inputs]
@@ -287,7 +305,8 @@ class Session:
         extra = [k for k in inputs if k not in names]
         if missing:
             raise AotpackError(
-                StatusCode.INVALID_ARGUMENT, f'input "{missing[0]}" is missing (the model takes {", ".join(names)})'
+                StatusCode.INVALID_ARGUMENT,
+                f'input "{missing[0]}" is missing (the model takes {", ".join(names)})',
             )
         if extra:
             raise AotpackError(
@@ -298,8 +317,12 @@ class Session:
 
     def _tensor(self, index: int, value: Any, keep: list) -> _Tensor:
         array = np.ascontiguousarray(value)
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
         expected = self._model.inputs[index].dtype if index < len(self._model.inputs) else None
-        if array.dtype.name == "bfloat16" or (isinstance(expected, str) and expected == "bfloat16" and array.dtype == np.uint16):
+        if array.dtype.name == "bfloat16" or (
+            isinstance(expected, str) and expected == "bfloat16" and array.dtype == np.uint16
+        ):
             code = _BFLOAT16  # raw bfloat16 bits (ml_dtypes' bfloat16, or uint16)
         elif array.dtype in _CODE_OF_NUMPY:
             code = _CODE_OF_NUMPY[array.dtype]
@@ -309,7 +332,9 @@ class Session:
                 StatusCode.INVALID_ARGUMENT, f'input "{name}": numpy dtype {array.dtype} has no aotpack dtype'
             )
         if array.ndim > MAX_RANK:
-            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"input {index}: rank {array.ndim} is more than {MAX_RANK}")
+            raise AotpackError(
+                StatusCode.INVALID_ARGUMENT, f"input {index}: rank {array.ndim} is more than {MAX_RANK}"
+            )
         shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
         keep.append((array, shape))
         return _Tensor(code, array.ndim, shape, array.ctypes.data if array.size else None)

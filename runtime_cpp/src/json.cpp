@@ -291,10 +291,10 @@ class Parser {
         case 'r': *out += '\r'; break;
         case 't': *out += '\t'; break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           AOTPACK_RETURN_IF_ERROR(parse_hex4(&cp));
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low;
+            uint32_t low = 0;
             if (!consume_literal("\\u")) return error("unpaired surrogate in a \\u escape");
             AOTPACK_RETURN_IF_ERROR(parse_hex4(&low));
             if (low < 0xDC00 || low > 0xDFFF) return error("unpaired surrogate in a \\u escape");

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from runtime_helpers import (
     EMBED_KERNELS,
     MLP_KERNELS,
@@ -21,13 +20,14 @@ from runtime_helpers import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD = REPO / "build" / "runtime"
+# Another build folder (say a sanitizer build, configured beforehand) can be tested with AOTPACK_TEST_BUILD.
+BUILD = Path(os.environ.get("AOTPACK_TEST_BUILD", REPO / "build" / "runtime")).resolve()
 
 
 @pytest.fixture(scope="session")
 def runtime_build() -> Path:
     """build/runtime with libaotpack.so and aotpack-run, configured if needed and brought up to date."""
-    if not (BUILD / "CMakeCache.txt").exists():
+    if not (BUILD / "CMakeCache.txt").exists():  # configure once; later sessions only rebuild
         subprocess.run(
             ["cmake", "-S", str(REPO / "runtime_cpp"), "-B", str(BUILD), "-DCMAKE_BUILD_TYPE=Release"],
             check=True,
@@ -68,7 +68,9 @@ def embed_table() -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def embed_package(packages_dir, embed_table) -> Path:
-    return write_test_package(packages_dir / "embed.aotpack", embed_program(), EMBED_KERNELS, {"table": embed_table})
+    return write_test_package(
+        packages_dir / "embed.aotpack", embed_program(), EMBED_KERNELS, {"table": embed_table}
+    )
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save as save_safetensors
-
 from aotpack.packages import layout
 from aotpack.packages.writer import canonical_json, write_package
+from safetensors.numpy import save as save_safetensors
 
 REPO = Path(__file__).resolve().parents[2]
 ISA = "x86-64-v3"
@@ -40,7 +39,9 @@ extern "C" int32_t aotpack_kernel_abi_version(void) { return ABI_VERSION; }
 
 def compile_kernels(source: str, abi_version: int | None = None) -> bytes:
     """g++ -O2 -shared of `source` (with the prelude), cached by content across test runs."""
-    text = KERNEL_PRELUDE.replace("ABI_VERSION", str(abi_version) if abi_version is not None else "AOTPACK_KERNEL_ABI_VERSION")
+    text = KERNEL_PRELUDE.replace(
+        "ABI_VERSION", str(abi_version) if abi_version is not None else "AOTPACK_KERNEL_ABI_VERSION"
+    )
     text += source
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     _KERNEL_CACHE.mkdir(parents=True, exist_ok=True)
@@ -50,8 +51,19 @@ def compile_kernels(source: str, abi_version: int | None = None) -> bytes:
         src.write_text(text)
         tmp = _KERNEL_CACHE / f"{key}.so.tmp"
         subprocess.run(
-            ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(REPO / "runtime_cpp" / "include"),
-             "-o", str(tmp), str(src), "-lpthread"],
+            [
+                "g++",
+                "-O2",
+                "-std=c++17",
+                "-shared",
+                "-fPIC",
+                "-I",
+                str(REPO / "runtime_cpp" / "include"),
+                "-o",
+                str(tmp),
+                str(src),
+                "-lpthread",
+            ],
             check=True,
         )
         tmp.rename(out)
@@ -63,7 +75,11 @@ def signature_of(program: dict[str, Any]) -> dict[str, Any]:
 
     def ports(kind: str) -> list[dict[str, Any]]:
         return [
-            {"name": p["name"], "dtype": buffers[p["buffer"]]["dtype"], "shape": buffers[p["buffer"]]["shape"]}
+            {
+                "name": p["name"],
+                "dtype": buffers[p["buffer"]]["dtype"],
+                "shape": buffers[p["buffer"]]["shape"],
+            }
             for p in program[kind]
         ]
 
@@ -82,7 +98,9 @@ def base_manifest(program: dict[str, Any], name: str = "test") -> dict[str, Any]
     }
 
 
-def package_members(program, kernels_source: str, weights: dict[str, np.ndarray], abi_version=None) -> dict[str, bytes]:
+def package_members(
+    program, kernels_source: str, weights: dict[str, np.ndarray], abi_version=None
+) -> dict[str, bytes]:
     return {
         layout.PROGRAM: canonical_json(program),
         layout.WEIGHTS: save_safetensors(weights) if weights else save_safetensors({}),
@@ -91,7 +109,9 @@ def package_members(program, kernels_source: str, weights: dict[str, np.ndarray]
     }
 
 
-def write_test_package(path, program, kernels_source, weights, *, manifest_update=None, abi_version=None) -> Path:
+def write_test_package(
+    path, program, kernels_source, weights, *, manifest_update=None, abi_version=None
+) -> Path:
     """A valid package (unless the arguments make it otherwise) written by the project's writer."""
     manifest = base_manifest(program)
     if manifest_update:
@@ -128,7 +148,9 @@ def rewrite(src, dst, *, manifest=None, members=None, drop=(), recompute_digests
     for name, data in (members or {}).items():
         entries[name] = data
     if recompute_digests:
-        man["members"] = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in entries.items()}
+        man["members"] = {
+            n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in entries.items()
+        }
     if manifest:
         edited = copy.deepcopy(man)
         result = manifest(edited)
@@ -195,10 +217,24 @@ def mlp_program() -> dict[str, Any]:
             {"id": 0, "kind": "input", "dtype": "float32", "shape": ["batch", 32], "input": 0},
             {"id": 1, "kind": "weight", "dtype": "float32", "shape": [32, 64], "weight": "fc1.weight"},
             {"id": 2, "kind": "weight", "dtype": "float32", "shape": [64], "weight": "fc1.bias"},
-            {"id": 3, "kind": "arena", "dtype": "float32", "shape": ["batch", 64], "offset": 0, "max_bytes": 16384},
+            {
+                "id": 3,
+                "kind": "arena",
+                "dtype": "float32",
+                "shape": ["batch", 64],
+                "offset": 0,
+                "max_bytes": 16384,
+            },
             {"id": 4, "kind": "weight", "dtype": "float32", "shape": [64, 10], "weight": "fc2.weight"},
             {"id": 6, "kind": "weight", "dtype": "float32", "shape": [10], "weight": "fc2.bias"},
-            {"id": 5, "kind": "output", "dtype": "float32", "shape": ["batch", 10], "output": 0, "max_bytes": 2560},
+            {
+                "id": 5,
+                "kind": "output",
+                "dtype": "float32",
+                "shape": ["batch", 10],
+                "output": 0,
+                "max_bytes": 2560,
+            },
         ],
         "arena_bytes": 16384,
         "steps": [
@@ -261,10 +297,22 @@ def embed_program() -> dict[str, Any]:
             {"id": 0, "kind": "input", "dtype": "int64", "shape": ["batch", "seq"], "input": 0},
             {"id": 1, "kind": "input", "dtype": "float32", "shape": ["batch", "seq"], "input": 1},
             {"id": 2, "kind": "weight", "dtype": "float32", "shape": [16, 8], "weight": "table"},
-            {"id": 3, "kind": "output", "dtype": "float32", "shape": ["batch", "seq", 8], "output": 0,
-             "max_bytes": 4 * 2048 * 8 * 4},
-            {"id": 4, "kind": "output", "dtype": "int64", "shape": [["*", "batch", "seq"]], "output": 1,
-             "max_bytes": 4 * 2048 * 8},
+            {
+                "id": 3,
+                "kind": "output",
+                "dtype": "float32",
+                "shape": ["batch", "seq", 8],
+                "output": 0,
+                "max_bytes": 4 * 2048 * 8 * 4,
+            },
+            {
+                "id": 4,
+                "kind": "output",
+                "dtype": "int64",
+                "shape": [["*", "batch", "seq"]],
+                "output": 1,
+                "max_bytes": 4 * 2048 * 8,
+            },
         ],
         "arena_bytes": 0,
         "steps": [{"kernel": "k_embed", "args": [0, 1, 2, 3]}, {"kernel": "k_flat_plus_one", "args": [0, 4]}],
@@ -310,7 +358,14 @@ def threads_program() -> dict[str, Any]:
         "outputs": [{"name": "y", "buffer": 1}, {"name": "info", "buffer": 2}],
         "buffers": [
             {"id": 0, "kind": "input", "dtype": "float32", "shape": ["n"], "input": 0},
-            {"id": 1, "kind": "output", "dtype": "float32", "shape": ["n"], "output": 0, "max_bytes": 4096 * 4},
+            {
+                "id": 1,
+                "kind": "output",
+                "dtype": "float32",
+                "shape": ["n"],
+                "output": 0,
+                "max_bytes": 4096 * 4,
+            },
             {"id": 2, "kind": "output", "dtype": "int64", "shape": [2], "output": 1, "max_bytes": 16},
         ],
         "arena_bytes": 0,

@@ -6,7 +6,6 @@ import ctypes
 
 import numpy as np
 import pytest
-
 from runtime_helpers import EMBED_KERNELS, MLP_KERNELS, embed_program, mlp_program, write_test_package
 
 RNG = np.random.default_rng(7)
@@ -55,11 +54,14 @@ def test_static_dim_mismatch(rt, mlp):
     assert str(e) == 'input "x" dim 1 = 31, expected 32'
 
 
-@pytest.mark.parametrize("batch,seq,message", [
-    (1, 4096, 'input "input_ids" dim 1 (seq) = 4096 is outside the declared range 1..2048'),
-    (5, 3, 'input "input_ids" dim 0 (batch) = 5 is outside the declared range 1..4'),
-    (0, 3, 'input "input_ids" dim 0 (batch) = 0 is outside the declared range 1..4'),
-])
+@pytest.mark.parametrize(
+    "batch,seq,message",
+    [
+        (1, 4096, 'input "input_ids" dim 1 (seq) = 4096 is outside the declared range 1..2048'),
+        (5, 3, 'input "input_ids" dim 0 (batch) = 5 is outside the declared range 1..4'),
+        (0, 3, 'input "input_ids" dim 0 (batch) = 0 is outside the declared range 1..4'),
+    ],
+)
 def test_symbol_out_of_range(rt, embed, batch, seq, message):
     e = run_error(embed, [ids_of(batch, seq), x_of(batch, seq)])
     assert e.code == rt.StatusCode.OUT_OF_RANGE
@@ -144,7 +146,12 @@ def test_kernel_report_error_names_step_and_kernel(rt, embed, embed_table):
 def test_buffer_larger_than_max_bytes_is_internal(rt, packages_dir):
     program = mlp_program()
     program["buffers"][-1]["max_bytes"] = 400  # 10 rows of 10 floats; batch 11 needs 440
-    weights = {"fc1.weight": x_of(32, 64), "fc1.bias": x_of(64), "fc2.weight": x_of(64, 10), "fc2.bias": x_of(10)}
+    weights = {
+        "fc1.weight": x_of(32, 64),
+        "fc1.bias": x_of(64),
+        "fc2.weight": x_of(64, 10),
+        "fc2.bias": x_of(10),
+    }
     path = write_test_package(packages_dir / "small_output.aotpack", program, MLP_KERNELS, weights)
     session = rt.Model(path).session()
     session.run([x_of(10, 32)])
@@ -156,8 +163,9 @@ def test_buffer_larger_than_max_bytes_is_internal(rt, packages_dir):
 def test_expression_overflow_fails_the_run(rt, packages_dir):
     program = embed_program()
     program["buffers"][4]["shape"] = [["*", "batch", "seq", 4611686018427387904]]
-    path = write_test_package(packages_dir / "overflow.aotpack", program, EMBED_KERNELS,
-                              {"table": x_of(16, 8)})
+    path = write_test_package(
+        packages_dir / "overflow.aotpack", program, EMBED_KERNELS, {"table": x_of(16, 8)}
+    )
     session = rt.Model(path).session()
     e = run_error(session, [ids_of(1, 2), x_of(1, 2)])
     assert e.code == rt.StatusCode.INVALID_ARGUMENT
@@ -218,3 +226,15 @@ extern "C" void k_widen(const aotpack_kernel_ctx*, void* const* buf, const int64
     np.testing.assert_array_equal(copy, bf16_bits)
     e = run_error(model.session(), [f, h])
     assert str(e) == 'input "b": dtype is float32, expected bfloat16'
+
+
+def test_array_layouts_are_accepted(rt, mlp, mlp_weights_np):
+    from runtime_helpers import mlp_reference
+
+    x = x_of(32, 6).T  # not contiguous
+    (y,) = mlp.run([x])
+    np.testing.assert_allclose(y, mlp_reference(x, mlp_weights_np), rtol=1e-5, atol=1e-5)
+    (y,) = mlp.run([x.astype(">f4")])  # big-endian
+    np.testing.assert_allclose(y, mlp_reference(x, mlp_weights_np), rtol=1e-5, atol=1e-5)
+    e = run_error(mlp, x_of(2, 32))
+    assert "not one array" in str(e)

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import save as save_safetensors
-
 from aotpack.packages.writer import canonical_json
 from runtime_helpers import (
     LIBRARY,
@@ -24,6 +22,7 @@ from runtime_helpers import (
     write_raw_package,
     write_test_package,
 )
+from safetensors.numpy import save as save_safetensors
 
 MEMBERS = ["program.json", "weights.safetensors", LIBRARY, SOURCE]
 
@@ -63,8 +62,9 @@ def test_listed_member_missing(rt, mlp_package, tmp_path):
     path = rewrite(mlp_package, tmp_path / "p.aotpack", drop=["weights.safetensors"])
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.NOT_FOUND
-    assert str(e) == (f"package {path}: member weights.safetensors is listed in manifest.json but missing from "
-                      "the package")
+    assert str(e) == (
+        f"package {path}: member weights.safetensors is listed in manifest.json but missing from the package"
+    )
     # Also without digest checks.
     assert load_error(rt, path, verify_digests=False).code == rt.StatusCode.NOT_FOUND
 
@@ -173,24 +173,33 @@ def weights_with(mlp_weights_np, **changes):
 
 
 def test_weight_shape_mismatch(rt, mlp_package, mlp_weights_np, tmp_path):
-    members = weights_with(mlp_weights_np, **{"fc1.weight": np.ascontiguousarray(mlp_weights_np["fc1.weight"].T)})
+    members = weights_with(
+        mlp_weights_np, **{"fc1.weight": np.ascontiguousarray(mlp_weights_np["fc1.weight"].T)}
+    )
     path = rewrite(mlp_package, tmp_path / "p.aotpack", members=members)
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.DATA_LOSS
-    assert str(e) == (f'package {path}: program.json: buffers[1]: weight "fc1.weight" is float32 [64, 32] in '
-                      "weights.safetensors, but the program expects float32 [32, 64]")
+    assert str(e) == (
+        f'package {path}: program.json: buffers[1]: weight "fc1.weight" is float32 [64, 32] in '
+        "weights.safetensors, but the program expects float32 [32, 64]"
+    )
 
 
 def test_weight_dtype_mismatch(rt, mlp_package, mlp_weights_np, tmp_path):
     members = weights_with(mlp_weights_np, **{"fc1.bias": mlp_weights_np["fc1.bias"].astype(np.float64)})
     e = load_error(rt, rewrite(mlp_package, tmp_path / "p.aotpack", members=members))
-    assert 'weight "fc1.bias" is float64 [64] in weights.safetensors, but the program expects float32 [64]' in str(e)
+    assert (
+        'weight "fc1.bias" is float64 [64] in weights.safetensors, but the program expects float32 [64]'
+        in str(e)
+    )
 
 
 def test_weight_missing(rt, mlp_package, mlp_weights_np, tmp_path):
     w = dict(mlp_weights_np)
     del w["fc2.bias"]
-    e = load_error(rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={"weights.safetensors": save_safetensors(w)}))
+    e = load_error(
+        rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={"weights.safetensors": save_safetensors(w)})
+    )
     assert e.code == rt.StatusCode.DATA_LOSS
     assert 'buffers[5].weight: weight "fc2.bias" is not in weights.safetensors' in str(e)
 
@@ -198,8 +207,13 @@ def test_weight_missing(rt, mlp_package, mlp_weights_np, tmp_path):
 def test_corrupt_safetensors_header(rt, mlp_package, tmp_path):
     data = bytearray(dict(read_entries(mlp_package))["weights.safetensors"])
     data[0:8] = struct.pack("<Q", len(data) * 2)
-    e = load_error(rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={"weights.safetensors": bytes(data)}))
-    assert e.code == rt.StatusCode.DATA_LOSS and "member weights.safetensors: safetensors header length" in str(e)
+    e = load_error(
+        rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={"weights.safetensors": bytes(data)})
+    )
+    assert (
+        e.code == rt.StatusCode.DATA_LOSS
+        and "member weights.safetensors: safetensors header length" in str(e)
+    )
 
 
 def test_missing_kernel_symbol(rt, mlp_package, tmp_path):
@@ -208,19 +222,25 @@ def test_missing_kernel_symbol(rt, mlp_package, tmp_path):
     path = rewrite(mlp_package, tmp_path / "p.aotpack", members={"program.json": canonical_json(program)})
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.NOT_FOUND
-    assert str(e) == (f"package {path}: program.json steps[1]: kernel k_nope is not exported by the CPU kernel "
-                      f"library {LIBRARY}")
+    assert str(e) == (
+        f"package {path}: program.json steps[1]: kernel k_nope is not exported by the CPU kernel "
+        f"library {LIBRARY}"
+    )
 
 
 def test_kernel_abi_version_mismatch(rt, mlp_weights_np, tmp_path):
-    path = write_test_package(tmp_path / "p.aotpack", mlp_program(), MLP_KERNELS, mlp_weights_np, abi_version=2)
+    path = write_test_package(
+        tmp_path / "p.aotpack", mlp_program(), MLP_KERNELS, mlp_weights_np, abi_version=2
+    )
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.UNSUPPORTED
     assert "was built for kernel ABI version 2, but this runtime implements version 1" in str(e)
 
 
 def test_library_not_an_elf(rt, mlp_package, tmp_path):
-    e = load_error(rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={LIBRARY: b"\x7fELF garbage" * 100}))
+    e = load_error(
+        rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={LIBRARY: b"\x7fELF garbage" * 100})
+    )
     assert e.code == rt.StatusCode.UNSUPPORTED and f"cannot load the CPU kernel library {LIBRARY}" in str(e)
 
 
@@ -240,21 +260,31 @@ def test_isa_the_host_lacks(rt, mlp_package, tmp_path):
 
 def test_best_supported_target_is_chosen(rt, mlp_package, tmp_path):
     def two(m):
-        m["targets"] = [{"kind": "cuda", "arch": "sm_90", "library": "cuda/none"},
-                        {"kind": "cpu", "arch": "x86_64", "isa": "x86-64-v4", "library": "cpu/x86-64-v4/kernels.so"},
-                        dict(m["targets"][0])]
+        m["targets"] = [
+            {"kind": "cuda", "arch": "sm_90", "library": "cuda/none"},
+            {"kind": "cpu", "arch": "x86_64", "isa": "x86-64-v4", "library": "cpu/x86-64-v4/kernels.so"},
+            dict(m["targets"][0]),
+        ]
 
     model = rt.Model(rewrite(mlp_package, tmp_path / "p.aotpack", manifest=two))
     assert model.session().run([np.ones((1, 32), np.float32)])[0].shape == (1, 10)
 
 
-@pytest.mark.parametrize("targets,message", [
-    ([], 'no CPU kernel library: manifest.json "targets" has no entry of kind "cpu"'),
-    ([{"kind": "cpu", "arch": "x86_64", "isa": "x86-64-v9", "library": LIBRARY}], 'unknown isa "x86-64-v9"'),
-    ([{"kind": "cpu", "arch": "aarch64", "isa": "generic", "library": LIBRARY}], "built for \"aarch64\""),
-    ([{"kind": "cpu", "arch": "x86_64", "isa": "generic", "library": "cpu/generic/kernels.so"}],
-     "member cpu/generic/kernels.so is missing"),
-])
+@pytest.mark.parametrize(
+    "targets,message",
+    [
+        ([], 'no CPU kernel library: manifest.json "targets" has no entry of kind "cpu"'),
+        (
+            [{"kind": "cpu", "arch": "x86_64", "isa": "x86-64-v9", "library": LIBRARY}],
+            'unknown isa "x86-64-v9"',
+        ),
+        ([{"kind": "cpu", "arch": "aarch64", "isa": "generic", "library": LIBRARY}], 'built for "aarch64"'),
+        (
+            [{"kind": "cpu", "arch": "x86_64", "isa": "generic", "library": "cpu/generic/kernels.so"}],
+            "member cpu/generic/kernels.so is missing",
+        ),
+    ],
+)
 def test_bad_targets(rt, mlp_package, tmp_path, targets, message):
     def set_targets(m):
         m["targets"] = targets
@@ -273,7 +303,7 @@ def test_compressed_member(rt, mlp_package, tmp_path):
 def test_zip64_is_unsupported(rt, mlp_package, tmp_path):
     data = bytearray(mlp_package.read_bytes())
     eocd = data.rfind(b"PK\x05\x06")
-    data[eocd + 8: eocd + 12] = b"\xff\xff\xff\xff"  # entry counts that only zip64 uses
+    data[eocd + 8 : eocd + 12] = b"\xff\xff\xff\xff"  # entry counts that only zip64 uses
     path = tmp_path / "p.aotpack"
     path.write_bytes(bytes(data))
     e = load_error(rt, path)
@@ -305,40 +335,88 @@ def _edit(program_edit):
 
 
 PROGRAM_ERRORS = [
-    ("arena offset", lambda p: p["buffers"][3].update(offset=32),
-     "buffers[3].offset: buffer 3: arena offset 32 is not a non-negative multiple of 64"),
-    ("arena overflow", lambda p: p["buffers"][3].update(offset=64),
-     "buffers[3]: buffer 3: offset 64 + max_bytes 16384 is past the end of the arena (arena_bytes 16384)"),
-    ("step arg", lambda p: p["steps"][0]["args"].__setitem__(1, 99), "steps[0].args[1]: buffer id 99 does not exist"),
-    ("unknown symbol", lambda p: p["buffers"][6].update(shape=["seq", 10]),
-     'buffers[6].shape[0]: size expression names "seq", which is not a symbol of the program'),
-    ("unbound symbol", lambda p: p["symbols"].append({"name": "extra", "min": 1, "max": 2}),
-     'symbols[1]: symbol "extra" is not a whole dim of any input, so a run could not bind it'),
-    ("bad operator", lambda p: p["buffers"][6].update(shape=[["^", "batch", 2], 10]),
-     'buffers[6].shape[0]: unknown size operator "^"'),
-    ("bad arity", lambda p: p["buffers"][6].update(shape=[["//", "batch"], 10]),
-     'buffers[6].shape[0]: operator "//" takes exactly 2 arguments, got 1'),
-    ("input expression", lambda p: p["buffers"][0].update(shape=[["+", "batch", 1], 32]),
-     "buffers[0].shape[0]: an input's dim must be an integer or a symbol name"),
-    ("input index", lambda p: p["buffers"][0].update(input=3),
-     "buffers[0].input: input index 3 is out of range (the program has 1 inputs)"),
+    (
+        "arena offset",
+        lambda p: p["buffers"][3].update(offset=32),
+        "buffers[3].offset: buffer 3: arena offset 32 is not a non-negative multiple of 64",
+    ),
+    (
+        "arena overflow",
+        lambda p: p["buffers"][3].update(offset=64),
+        "buffers[3]: buffer 3: offset 64 + max_bytes 16384 is past the end of the arena (arena_bytes 16384)",
+    ),
+    (
+        "step arg",
+        lambda p: p["steps"][0]["args"].__setitem__(1, 99),
+        "steps[0].args[1]: buffer id 99 does not exist",
+    ),
+    (
+        "unknown symbol",
+        lambda p: p["buffers"][6].update(shape=["seq", 10]),
+        'buffers[6].shape[0]: size expression names "seq", which is not a symbol of the program',
+    ),
+    (
+        "unbound symbol",
+        lambda p: p["symbols"].append({"name": "extra", "min": 1, "max": 2}),
+        'symbols[1]: symbol "extra" is not a whole dim of any input, so a run could not bind it',
+    ),
+    (
+        "bad operator",
+        lambda p: p["buffers"][6].update(shape=[["^", "batch", 2], 10]),
+        'buffers[6].shape[0]: unknown size operator "^"',
+    ),
+    (
+        "bad arity",
+        lambda p: p["buffers"][6].update(shape=[["//", "batch"], 10]),
+        'buffers[6].shape[0]: operator "//" takes exactly 2 arguments, got 1',
+    ),
+    (
+        "input expression",
+        lambda p: p["buffers"][0].update(shape=[["+", "batch", 1], 32]),
+        "buffers[0].shape[0]: an input's dim must be an integer or a symbol name",
+    ),
+    (
+        "input index",
+        lambda p: p["buffers"][0].update(input=3),
+        "buffers[0].input: input index 3 is out of range (the program has 1 inputs)",
+    ),
     ("duplicate id", lambda p: p["buffers"][2].update(id=1), "buffers[2].id: buffer id 1 is used twice"),
     ("missing field", lambda p: p["buffers"][3].pop("max_bytes"), 'buffers[3]: missing field "max_bytes"'),
     ("wrong type", lambda p: p.update(arena_bytes="big"), "arena_bytes: expected an integer, got a string"),
-    ("unknown dtype", lambda p: p["buffers"][3].update(dtype="float8"), 'buffers[3].dtype: unknown dtype "float8"'),
+    (
+        "unknown dtype",
+        lambda p: p["buffers"][3].update(dtype="float8"),
+        'buffers[3].dtype: unknown dtype "float8"',
+    ),
     ("unknown kind", lambda p: p["buffers"][3].update(kind="scratch"), 'unknown buffer kind "scratch"'),
-    ("port buffer", lambda p: p["outputs"][0].update(buffer=3), "outputs[0].buffer: buffer 3 is not the output buffer"),
+    (
+        "port buffer",
+        lambda p: p["outputs"][0].update(buffer=3),
+        "outputs[0].buffer: buffer 3 is not the output buffer",
+    ),
     ("bad range", lambda p: p["symbols"][0].update(min=5, max=2), 'symbol "batch" has range 5..2'),
-    ("kernel name", lambda p: p["steps"][0].update(kernel="../evil"), 'steps[0].kernel: "../evil" is not a C identifier'),
-    ("rank", lambda p: p["buffers"][3].update(shape=[1] * 9), "rank 9 is more than this runtime's maximum, 8"),
+    (
+        "kernel name",
+        lambda p: p["steps"][0].update(kernel="../evil"),
+        'steps[0].kernel: "../evil" is not a C identifier',
+    ),
+    (
+        "rank",
+        lambda p: p["buffers"][3].update(shape=[1] * 9),
+        "rank 9 is more than this runtime's maximum, 8",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,edit,message", PROGRAM_ERRORS, ids=[e[0] for e in PROGRAM_ERRORS])
 def test_program_validation(rt, mlp_package, tmp_path, name, edit, message):
     program = _edit(edit)
-    path = rewrite(mlp_package, tmp_path / "p.aotpack", members={"program.json": canonical_json(program)},
-                   manifest=lambda m: m["signature"].update(symbols=program["symbols"]))
+    path = rewrite(
+        mlp_package,
+        tmp_path / "p.aotpack",
+        members={"program.json": canonical_json(program)},
+        manifest=lambda m: m["signature"].update(symbols=program["symbols"]),
+    )
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.DATA_LOSS
     assert str(e) == f"package {path}: program.json: {message}" or message in str(e), str(e)
@@ -351,8 +429,10 @@ def test_signature_disagrees_with_program(rt, mlp_package, tmp_path):
 
     e = load_error(rt, rewrite(mlp_package, tmp_path / "p.aotpack", manifest=rename))
     assert e.code == rt.StatusCode.DATA_LOSS
-    assert ('manifest.json signature disagrees with program.json: inputs[0] is "y" float32 ["batch", 32] in the '
-            'manifest, "x" float32 ["batch", 32] in the program') in str(e)
+    assert (
+        'manifest.json signature disagrees with program.json: inputs[0] is "y" float32 ["batch", 32] in the '
+        'manifest, "x" float32 ["batch", 32] in the program'
+    ) in str(e)
 
 
 def test_members_written_by_the_project_writer_load(rt, mlp_weights_np, tmp_path):

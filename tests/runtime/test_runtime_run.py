@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
-
 from runtime_helpers import mlp_reference
 
 RNG = np.random.default_rng(1234)
@@ -155,3 +155,9 @@ def test_outputs_are_copies(rt, mlp_package):
     saved = y1.copy()
     session.run([random_x(2)])
     np.testing.assert_array_equal(y1, saved)
+
+
+def test_the_tested_library_is_the_fixture_build(rt, runtime_build):
+    assert rt.library_path() == runtime_build / "libaotpack.so"
+    maps = Path("/proc/self/maps").read_text()
+    assert str(runtime_build / "libaotpack.so") in maps
