@@ -140,7 +140,7 @@ def _output_path(spec: Any, count: int, index: int) -> str:
     try:
         leaves = pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(count)), spec))[0]
         return "output" + pytree.keystr(leaves[index][0])
-    except Exception:  # pytree API differences across torch versions: the flat index still says which
+    except Exception:  # noqa: BLE001 - pytree API differences across torch versions; the index still says which
         return f"output {index}"
 
 
@@ -173,7 +173,9 @@ def _symbol_of(program: ExportedProgram, spec: ModelSpec, symbols: tuple[SymbolS
     return symbol_of
 
 
-def _check_ranges(program: ExportedProgram, symbols: tuple[SymbolSpec, ...], symbol_of: Mapping[str, str]) -> None:
+def _check_ranges(
+    program: ExportedProgram, symbols: tuple[SymbolSpec, ...], symbol_of: Mapping[str, str]
+) -> None:
     # The declared range is a contract the runtime enforces; a graph torch narrowed (or that it proved valid
     # only for part of the range) must not be packaged as if it covered all of it.
     declared = {s.name: s for s in symbols}

@@ -24,9 +24,7 @@ from .frames import UserFiles, UserFrame, innermost_user_frame, one_line
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
-SIZE_HINT = (
-    "use torch.cond / tensor ops instead of Python control flow on sizes, or declare a static size"
-)
+SIZE_HINT = "use torch.cond / tensor ops instead of Python control flow on sizes, or declare a static size"
 DATA_HINT = (
     "use torch.where / torch.cond instead of Python control flow on tensor values, and keep .item(), "
     "int(), float() and bool() of tensors out of forward()"
@@ -101,7 +99,9 @@ def _is_data_dependent(exc: BaseException) -> bool:
 
 # --- a dynamic dimension specialised by the model ---------------------------------------------------
 
-_CONSTANT = re.compile(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((-?\d+)\)")
+_CONSTANT = re.compile(
+    r"You marked (\w+) as dynamic but your code specialized it to be a constant \((-?\d+)\)"
+)
 _EQUAL = re.compile(r"The values of (\w+) = .*? and (\w+) = .*? must always be equal")
 _GUARD = re.compile(r"Not all values of (\w+) = .*? satisfy the generated guard (.*?)\.?\s*$", re.MULTILINE)
 _NAMED = re.compile(r"Constraints violated \(([^)]*)\)")
@@ -217,7 +217,7 @@ def _eager_error(ctx: CaptureContext) -> Exception | None:
     try:
         with torch.no_grad(), quiet_torch():
             ctx.spec.model(*ctx.inputs)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any error the user's forward() raises is the answer
         return e
     return None
 
@@ -236,7 +236,7 @@ def draft_failures(ctx: CaptureContext) -> list[DraftFailure]:
         report = program._report
         names = _filename_table(report)
         return [_failure(f, names, ctx) for f in report.failures]
-    except Exception:  # a different torch: fall back to the plain message
+    except Exception:  # noqa: BLE001 - private API of another torch version: fall back to the plain message
         return []
 
 

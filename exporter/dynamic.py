@@ -68,10 +68,11 @@ def resolve_symbols(spec: ModelSpec, cli_ranges: Mapping[str, tuple[int, int]] |
         notes = ()
         if spec.dynamic_axes:
             unbound = sorted({s for axes in spec.dynamic_axes.values() for s in axes.values()})
-            notes = (
+            note = (
                 f"static shapes: no range given for {', '.join(unbound)} "
-                f"(make them dynamic with --dynamic {unbound[0]}=MIN..MAX)",
+                f"(make them dynamic with --dynamic {unbound[0]}=MIN..MAX)"
             )
+            notes = (note,)
         return DynamicPlan((), None, notes)
 
     symbols = tuple(_check_range(name, lo, hi) for name, (lo, hi) in ranges.items())

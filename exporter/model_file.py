@@ -76,7 +76,9 @@ def _import(path: Path, shown: str) -> ModuleType:
         raise
     except BaseException as e:  # SystemExit too: a model file that calls exit() is a broken model file
         sys.modules.pop(name, None)
-        raise ModelFileError(_describe(e, UserFiles(path), shown, "raised while importing the model file")) from e
+        raise ModelFileError(
+            _describe(e, UserFiles(path), shown, "raised while importing the model file")
+        ) from e
     finally:
         if added:
             try:
@@ -134,9 +136,7 @@ def _example_inputs(module: ModuleType, shown: str, files: UserFiles) -> tuple[t
     if isinstance(value, torch.Tensor):
         value = (value,)
     if not isinstance(value, (tuple, list)):
-        raise ModelFileError(
-            f"{shown}: example_inputs is {_a(value)}; it must be a tuple of tensors"
-        )
+        raise ModelFileError(f"{shown}: example_inputs is {_a(value)}; it must be a tuple of tensors")
     if not value:
         raise ModelFileError(f"{shown}: example_inputs is empty; give one tensor per forward() argument")
     for i, item in enumerate(value):
@@ -216,7 +216,7 @@ def _dynamic_axes(
             if not isinstance(symbol, str) or not symbol.isidentifier():
                 raise ModelFileError(
                     f"{shown}: dynamic_axes[{arg!r}][{axis}] is {symbol!r}; symbol names are identifiers "
-                    "such as \"seq\" or \"batch\""
+                    'such as "seq" or "batch"'
                 )
             bound[axis % rank] = symbol
         result[arg] = bound

@@ -14,8 +14,12 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def quiet_torch() -> Iterator[None]:
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
+    # Raise the level of torch's console handlers only: logging.disable() would also starve the in-memory
+    # handler draft_export reads its report from (with torch 2.11 the report then comes back empty).
+    handlers = _torch_console_handlers()
+    levels = [h.level for h in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.ERROR)
     stderr = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(stderr):
@@ -28,7 +32,20 @@ def quiet_torch() -> Iterator[None]:
     else:
         sys.stderr.write(stderr.getvalue())
     finally:
-        logging.disable(previous)
+        for handler, level in zip(handlers, levels):
+            handler.setLevel(level)
+
+
+def _torch_console_handlers() -> list[logging.Handler]:
+    consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    found: list[logging.Handler] = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger) or not (name == "torch" or name.startswith("torch.")):
+            continue
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in consoles:
+                found.append(handler)
+    return found
 
 
 def _without_graph_dumps(text: str, exc: BaseException) -> str:

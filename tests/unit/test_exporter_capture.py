@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from aotpack.errors import CaptureError
-from aotpack.exporter import CapturedProgram, SymbolSpec, capture, export_model, load_model_file, resolve_symbols
+from aotpack.exporter import (
+    CapturedProgram,
+    SymbolSpec,
+    capture,
+    export_model,
+    load_model_file,
+    resolve_symbols,
+)
 
 MODELS = Path(__file__).parent / "models"
 
@@ -101,15 +107,21 @@ def test_nested_outputs_flattened():
     assert captured.output_names == ("output_0", "output_1", "output_2")
 
 
-def test_capture_directly_with_decompositions():
+def test_capture_directly_with_extra_decompositions():
+    from torch._decomp import get_decompositions
+
     spec = load_model_file(MODELS / "dyn_seq.py")
     plan = resolve_symbols(spec)
-    # Keep softmax whole: the lowering stage asks for this kind of thing.
-    table = {torch.ops.aten._softmax.default: None}
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions=None)
-    ops = {n.target for n in captured.program.graph.nodes if n.op == "call_function"}
-    assert torch.ops.aten._softmax.default in ops  # core ATen keeps softmax
-    assert table  # the parameter accepts a dict; None is the default table
+
+    def ops(captured: CapturedProgram) -> set:
+        return {n.target for n in captured.program.graph.nodes if n.op == "call_function"}
+
+    assert torch.ops.aten._softmax.default in ops(capture(spec, plan.symbols, plan.dynamic_shapes, None))
+    # The lowering passes a table of its own on top of torch's core-ATen one: softmax then decomposes.
+    extra = get_decompositions([torch.ops.aten._softmax])
+    decomposed = ops(capture(spec, plan.symbols, plan.dynamic_shapes, extra))
+    assert torch.ops.aten._softmax.default not in decomposed
+    assert torch.ops.aten.exp.default in decomposed
 
 
 # --- specialisation and data-dependent control flow ------------------------------------------------

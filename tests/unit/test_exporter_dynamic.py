@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from aotpack.errors import DynamicShapeError
 from aotpack.exporter import (
     SymbolSpec,
@@ -69,14 +68,20 @@ def test_static_input_gets_none():
 
 
 def test_unbound_symbol_lists_bound_ones():
-    with pytest.raises(DynamicShapeError, match=r"symbol sequence has a range but is bound to no input axis; "
-                       r"the bound symbols are: seq"):
+    with pytest.raises(
+        DynamicShapeError,
+        match=r"symbol sequence has a range but is bound to no input axis; "
+        r"the bound symbols are: seq",
+    ):
         resolve("dyn_seq.py", "sequence=1..4")
 
 
 def test_bound_symbol_without_range():
-    with pytest.raises(DynamicShapeError, match=r"symbol batch \(input 'input' axis 0\) has no range; "
-                       r"give one with --dynamic batch=MIN\.\.MAX"):
+    with pytest.raises(
+        DynamicShapeError,
+        match=r"symbol batch \(input 'input' axis 0\) has no range; "
+        r"give one with --dynamic batch=MIN\.\.MAX",
+    ):
         resolve("axes_no_range.py")
 
 
@@ -99,8 +104,11 @@ def test_example_outside_range_names_everything():
 
 
 def test_shared_symbol_with_different_example_sizes():
-    with pytest.raises(DynamicShapeError, match=r"symbol seq is bound to input 'x' axis 1 \(example size 5\) "
-                       r"and input 'y' axis 1 \(example size 6\)"):
+    with pytest.raises(
+        DynamicShapeError,
+        match=r"symbol seq is bound to input 'x' axis 1 \(example size 5\) "
+        r"and input 'y' axis 1 \(example size 6\)",
+    ):
         resolve("shared_mismatch.py")
 
 

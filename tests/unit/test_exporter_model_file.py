@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from aotpack.errors import AotpackError, CaptureError, DynamicShapeError, ModelFileError, UnsupportedError
 from aotpack.exporter import load_model_file
 
@@ -126,7 +125,9 @@ def test_factory_returning_non_module(tmp_path):
 
 def test_too_many_examples(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.ones(1), torch.ones(1))\n")
+    path.write_text(
+        "import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.ones(1), torch.ones(1))\n"
+    )
     with pytest.raises(ModelFileError, match=r"example_inputs has 2 tensors but ReLU\.forward\(\) takes 1"):
         load_model_file(path)
 
