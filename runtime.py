@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-# Read here rather than in a knobs module: the binding must import without the rest of the package.
-RUNTIME_LIB_ENV = "AOTPACK_RUNTIME_LIB"
+from . import knobs
+
 MAX_RANK = 8
 
 
@@ -116,9 +116,9 @@ _lib_lock = threading.Lock()
 
 
 def _candidates() -> list[Path]:
-    env = os.environ.get(RUNTIME_LIB_ENV)
-    if env:
-        return [Path(env)]
+    explicit = knobs.runtime_lib()
+    if explicit:
+        return [Path(explicit)]
     repo_root = Path(__file__).resolve().parent
     return [Path(sys.prefix) / "lib" / "libaotpack.so", repo_root / "build" / "runtime" / "libaotpack.so"]
 
@@ -134,7 +134,7 @@ def library_path() -> Path:
         StatusCode.NOT_FOUND,
         f"cannot find the aotpack runtime library libaotpack.so (looked at {looked}); build it with "
         "`cmake -S runtime_cpp -B build/runtime && cmake --build build/runtime`, or set "
-        f"{RUNTIME_LIB_ENV} to its path",
+        "AOTPACK_RUNTIME_LIB to its path",
     )
 
 

@@ -161,3 +161,12 @@ def test_the_tested_library_is_the_fixture_build(rt, runtime_build):
     assert rt.library_path() == runtime_build / "libaotpack.so"
     maps = Path("/proc/self/maps").read_text()
     assert str(runtime_build / "libaotpack.so") in maps
+
+
+def test_missing_library_is_a_clear_error(rt, monkeypatch, tmp_path):
+    monkeypatch.setenv("AOTPACK_RUNTIME_LIB", str(tmp_path / "nowhere" / "libaotpack.so"))
+    with pytest.raises(rt.AotpackError) as info:
+        rt.library_path()
+    assert info.value.code == rt.StatusCode.NOT_FOUND
+    assert "cannot find the aotpack runtime library libaotpack.so" in str(info.value)
+    assert "AOTPACK_RUNTIME_LIB" in str(info.value)
