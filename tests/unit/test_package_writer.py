@@ -1,0 +1,68 @@
+"""The package writer: alignment, digests, atomic replacement, byte-identical output."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+from aotpack.packages import layout
+from aotpack.packages.reader import read_package, verify_digests
+from aotpack.packages.writer import write_package
+
+MEMBERS = {
+    layout.PROGRAM: b'{"steps": []}',
+    layout.WEIGHTS: bytes(range(200)) * 3,
+    "cpu/x86-64-v3/kernels.so": b"\x7fELF" * 9,
+}
+
+
+def test_members_are_stored_aligned_and_digested(tmp_path):
+    path = tmp_path / "m.aotpack"
+    manifest = write_package(path, {"name": "m", "version": "1.0.0"}, MEMBERS)
+    assert manifest["format"] == layout.FORMAT_NAME and manifest["format_version"] == layout.FORMAT_VERSION
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        assert [i.filename for i in infos] == [layout.MANIFEST, *MEMBERS]
+        for info in infos:
+            assert info.compress_type == zipfile.ZIP_STORED
+            data_start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+            assert data_start % layout.ALIGNMENT == 0, info.filename
+    package = read_package(path)
+    assert verify_digests(package) == []
+    assert package.manifest["members"][layout.WEIGHTS]["size"] == len(MEMBERS[layout.WEIGHTS])
+
+
+def test_same_inputs_give_a_byte_identical_file(tmp_path):
+    write_package(tmp_path / "a.aotpack", {"name": "m"}, MEMBERS)
+    write_package(tmp_path / "b.aotpack", {"name": "m"}, MEMBERS)
+    assert (tmp_path / "a.aotpack").read_bytes() == (tmp_path / "b.aotpack").read_bytes()
+
+
+def test_an_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "m.aotpack"
+    write_package(path, {"name": "old"}, MEMBERS)
+    before = path.read_bytes()
+
+    class Interrupted(Exception):
+        pass
+
+    real_writestr = zipfile.ZipFile.writestr
+
+    def interrupt_on_weights(self, info, data, *args, **kwargs):
+        if getattr(info, "filename", info) == layout.WEIGHTS:
+            raise Interrupted("killed half-way")
+        return real_writestr(self, info, data, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", interrupt_on_weights)
+    with pytest.raises(Interrupted):
+        write_package(path, {"name": "new"}, MEMBERS)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.aotpack"]  # no partial file left beside it
+
+
+def test_a_modified_member_is_reported(tmp_path):
+    path = tmp_path / "m.aotpack"
+    write_package(path, {"name": "m"}, MEMBERS)
+    package = read_package(path)
+    package.members[layout.WEIGHTS] = b"tampered" + package.members[layout.WEIGHTS][8:]
+    assert verify_digests(package) == [f"member {layout.WEIGHTS} does not match its sha256 in the manifest"]
