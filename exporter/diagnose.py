@@ -116,39 +116,53 @@ def _explain_specialisation(exc: BaseException, ctx: CaptureContext) -> CaptureE
     failures = [f for f in draft_failures(ctx) if f.kind == "GUARD_ADDED"]
 
     def locate(*symbols: str, prefer: str | None = None) -> tuple[UserFrame | None, str | None]:
-        relevant = [f for f in failures if set(symbols) & f.symbols] or failures
+        relevant = [f for f in failures if set(symbols) & f.symbols]
+        if not relevant and not any(f.symbols for f in failures):
+            relevant = list(failures)  # sources this torch spells differently: any guard beats none
         relevant.sort(key=lambda f: (f.frame is None, prefer is not None and f.expr != prefer))
         return (relevant[0].frame, relevant[0].expr) if relevant else (None, None)
 
+    error, covered = _specialisation_error(text, ctx, locate) or (None, ())
+    if error is None:  # a wording this code does not know: keep torch's own line about it
+        sym = ", ".join(violated) or "a dynamic dimension"
+        frame, expr = locate(*violated)
+        detail = next((ln.strip()[2:] for ln in text.splitlines() if ln.strip().startswith("- ")), "")
+        what = f"assumes {expr}" if expr else "specialises it"
+        error = f"cannot keep {sym} dynamic: {_at(frame)} {what}" + (f" ({detail})" if detail else "")
+        error += f"\nhint: {SIZE_HINT}"
+        covered = tuple(violated)
+    others = [s for s in violated if s not in covered]
+    if others:
+        error += f"\n(also specialised: {', '.join(others)})"
+    return CaptureError(error)
+
+
+def _specialisation_error(text: str, ctx: CaptureContext, locate: Any) -> tuple[str, tuple[str, ...]] | None:
+    """The message for the first violation torch reports, and the symbols it covers."""
     if m := _EQUAL.search(text):
         a, b = sorted((m.group(1), m.group(2)))
         frame, _ = locate(a, b)
-        return CaptureError(
+        return (
             f"symbols {a} and {b} must be equal: {_at(frame)} requires {a} == {b}\n"
             f"hint: bind both axes to the same symbol in dynamic_axes (or make the code not need them equal)"
-        )
+        ), (a, b)
     if m := _CONSTANT.search(text):
         sym, value = m.group(1), m.group(2)
         frame, _ = locate(sym, prefer=f"{sym} == {value}")
-        return CaptureError(
+        return (
             f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} makes {sym} a constant ({value}), "
             f"so the graph would only be valid for {sym}={value}\n"
             f"hint: this code makes {sym} a constant; {SIZE_HINT}"
-        )
+        ), (sym,)
     if m := _GUARD.search(text):
         sym = m.group(1)
         frame, expr = locate(sym)
         condition = expr or _sources_to_symbols(m.group(2), ctx)
-        return CaptureError(
+        return (
             f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, which does not "
             f"hold over the whole range\nhint: {_range_fix(text, sym) or SIZE_HINT}"
-        )
-    sym = ", ".join(violated) or "a dynamic dimension"
-    frame, expr = locate(*violated)
-    what = f"assumes {expr}" if expr else "specialises it"
-    return CaptureError(
-        f"cannot keep {sym} dynamic: {_at(frame)} {what}: {one_line(str(exc))}\nhint: {SIZE_HINT}"
-    )
+        ), (sym,)
+    return None
 
 
 def _at(frame: UserFrame | None) -> str:

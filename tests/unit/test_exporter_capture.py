@@ -210,3 +210,39 @@ def test_no_torch_noise_on_stderr(capfd):
     capture_error("data_branch.py")
     out, err = capfd.readouterr()
     assert "def forward" not in err and "def forward" not in out
+
+
+def test_two_specialised_symbols_name_both():
+    message = capture_error("loop_two.py")
+    assert f"loop_two.py:{line_of('loop_two.py', '# BATCH')}" in message
+    assert "makes batch a constant (3)" in message
+    assert "also specialised: seq" in message
+
+
+@pytest.mark.parametrize("breakage", ["missing", "raises"])
+def test_without_draft_export_the_symbol_is_still_named(monkeypatch, breakage):
+    # draft_export and its report are private API: on a torch without them the message loses the line only.
+    if breakage == "missing":
+        monkeypatch.delattr(torch.export, "draft_export")
+    else:
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("changed API")
+
+        monkeypatch.setattr(torch.export, "draft_export", broken)
+    message = capture_error("loop.py")
+    assert "cannot keep seq dynamic over 1..64" in message
+    assert "makes seq a constant (10)" in message
+    assert "could not find the line" in message
+
+
+def test_axes_without_any_range_mean_static(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.randn(2, 5),)\n"
+        "dynamic_axes = {'input': {1: 'seq'}}\n"
+    )
+    captured = export_model(path, ())
+    assert captured.symbols == () and captured.symbol_of == {}
+    assert any("static shapes: no range given for seq" in note for note in captured.notes)
+    assert any("eval mode" in note for note in captured.notes)
