@@ -64,6 +64,10 @@ def write_package(path: str | os.PathLike[str], manifest: Mapping[str, Any], mem
                     zf.writestr(info, data)
             raw.flush()
             os.fsync(raw.fileno())
+        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
