@@ -21,8 +21,10 @@ from .frames import UserFiles, one_line
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
-INFERENCE_NOTE = "captured for inference: the model in eval mode (dropout off, batch norm on running "
-INFERENCE_NOTE += "statistics), under torch.no_grad()"
+INFERENCE_NOTE = (
+    "captured for inference: the model in eval mode (dropout off, batch norm on running statistics), "
+    "under torch.no_grad()"
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def capture(
             # Non-strict: the user's Python runs as written, so their errors carry their own frames.
             program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
-        raise explain(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
+        raise _explained(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
     try:
         with quiet_torch():
             program = program.run_decompositions(decomposition_table(decompositions))
@@ -74,6 +76,13 @@ def capture(
         example_inputs=spec.example_inputs,
         notes=(INFERENCE_NOTE, *enlarged),
     )
+
+
+def _explained(exc: Exception, ctx: CaptureContext) -> CaptureError:
+    try:
+        return explain(exc, ctx)
+    except Exception:  # noqa: BLE001 - a torch whose errors look new to diagnose.py still gets one line
+        return CaptureError(f"torch.export failed: {type(exc).__name__}: {one_line(str(exc))}")
 
 
 def decomposition_table(extra: Mapping[Any, Callable[..., Any]] | None) -> Any:

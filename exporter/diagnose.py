@@ -160,7 +160,7 @@ def _specialisation_error(text: str, ctx: CaptureContext, locate: Any) -> tuple[
         condition = expr or _sources_to_symbols(m.group(2), ctx)
         return (
             f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, which does not "
-            f"hold over the whole range\nhint: {_range_fix(text, sym) or SIZE_HINT}"
+            f"hold over the whole range\nhint: {_range_fix(text, ctx, sym) or SIZE_HINT}"
         ), (sym,)
     return None
 
@@ -174,11 +174,13 @@ def _range(ctx: CaptureContext, name: str) -> str:
     return f" over {s.min}..{s.max}" if s else ""
 
 
-def _range_fix(text: str, sym: str) -> str | None:
+def _range_fix(text: str, ctx: CaptureContext, sym: str) -> str | None:
     """torch suggests a narrower Dim when the code needs one (e.g. `x[:, 2]` needs seq >= 3)."""
+    declared = ctx.symbol(sym)
     for m in _FIX_RANGE.finditer(text):
         if m.group(1) == sym and (m.group(2) or m.group(3)):
-            lo, hi = m.group(2) or "MIN", m.group(3) or "MAX"
+            lo = m.group(2) or (declared.min if declared else "MIN")
+            hi = m.group(3) or (declared.max if declared else "MAX")
             return (
                 f"if {sym} really is limited to that, declare --dynamic {sym}={lo}..{hi}; "
                 f"otherwise {SIZE_HINT}"
