@@ -31,10 +31,6 @@ class _Group(click.Group):
             if os.environ.get("AOTPACK_TRACEBACK"):
                 raise
             _fail(str(e))
-        except RuntimeError as e:  # the runtime binding's errors (it has no torch, so no shared base)
-            if type(e).__module__ != "aotpack.runtime" or os.environ.get("AOTPACK_TRACEBACK"):
-                raise
-            _fail(str(e))
 
 
 @click.group(cls=_Group)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import knobs
+from . import errors, knobs
 
 MAX_RANK = 8
 
@@ -39,7 +39,7 @@ class StatusCode(enum.IntEnum):
     INTERNAL = 7
 
 
-class AotpackError(RuntimeError):
+class AotpackError(errors.AotpackError, RuntimeError):
     """A failure reported by the runtime; `code` is a StatusCode and the message says what and where."""
 
     def __init__(self, code: int, message: str):

@@ -55,6 +55,13 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+def from_runtime(out: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """A runtime output as numbers: bfloat16 comes back as its raw uint16 bits, widened here to float32."""
+    if dtype == torch.bfloat16:
+        return (out.astype(np.uint32) << 16).view(np.float32)
+    return out.astype(np.float32) if dtype == torch.float16 else out
+
+
 def verify_package(path: Path, captured: Any) -> dict[str, Any]:
     """Runs the package through the C++ runtime at the example shapes and compares with eager."""
     from . import runtime
@@ -72,10 +79,10 @@ def verify_package(path: Path, captured: Any) -> dict[str, Any]:
     errors, failures = {}, []
     for name, out, ref in zip(captured.output_names, outputs, expected):
         ref_np = ref.float().numpy() if ref.dtype in (torch.bfloat16, torch.float16) else ref.numpy()
-        err = relative_error(out.astype(ref_np.dtype) if out.dtype != ref_np.dtype else out, ref_np)
+        err = relative_error(from_runtime(out, ref.dtype), ref_np)
         errors[name] = float(f"{err:.1e}")
         if not err <= TOLERANCE.get(str(ref.dtype).removeprefix("torch."), 0.0):
-            failures.append(mismatch_report(name, out, ref_np))
+            failures.append(mismatch_report(name, from_runtime(out, ref.dtype), ref_np))
     if failures:
         raise VerificationError(
             "the exported package does not reproduce eager PyTorch at the example inputs, so it was not written "
