@@ -79,6 +79,8 @@ _UNARY_FLOAT = {
     "trunc": "std::trunc", "abs": "std::abs", "isnan": "std::isnan", "isinf": "std::isinf",
     "isfinite": "std::isfinite", "signbit": "std::signbit",
 }
+# float versions the compiler can vectorise (templates/cpp/prelude.h.jinja); double keeps libm's.
+_VECTOR_FLOAT = {"exp": "aotpack_exp", "tanh": "aotpack_tanh", "erf": "aotpack_erf"}
 _BINARY_INFIX = {
     "add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
     "ge": ">=", "logical_and": "&&", "logical_or": "||", "logical_xor": "!=", "lshift": "<<", "rshift": ">>",
@@ -159,7 +161,8 @@ class BodyWriter:
         if name == "relu":
             return f"({args[0]} < 0 ? static_cast<{ctype}>(0) : {args[0]})"
         if name == "sigmoid":
-            return f"static_cast<{ctype}>(1) / (static_cast<{ctype}>(1) + std::exp(-{args[0]}))"
+            exp = "aotpack_exp" if ctype == "float" else "std::exp"
+            return f"static_cast<{ctype}>(1) / (static_cast<{ctype}>(1) + {exp}(-{args[0]}))"
         if name == "rsqrt":
             return f"static_cast<{ctype}>(1) / std::sqrt({args[0]})"
         if name == "reciprocal":
@@ -181,6 +184,8 @@ class BodyWriter:
                 return f"aotpack_ipow<{ctype}>({args[0]}, {args[1]})"
             if name in ("isnan", "isinf", "signbit", "isfinite"):
                 return {"isnan": "false", "isinf": "false", "isfinite": "true"}.get(name, f"({args[0]} < 0)")
+        if ctype == "float" and name in _VECTOR_FLOAT:
+            return f"{_VECTOR_FLOAT[name]}({args[0]})"
         if name in _UNARY_FLOAT:
             return f"{_UNARY_FLOAT[name]}({args[0]})"
         if name in _BINARY_FLOAT_FN:
@@ -197,6 +202,7 @@ class RenderedKernel:
     name: str
     family: str
     source: str
+    scratch_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -241,14 +247,15 @@ class KernelRenderer:
         elif isinstance(kernel, ReductionKernel):
             data, template = self._reduction(kernel), "reduction.cpp.jinja"
         elif isinstance(kernel, MatmulKernel):
-            data, template = self._matmul(kernel), "matmul.cpp.jinja"
+            data = self._matmul(kernel)
+            template = "matmul.cpp.jinja" if kernel.dtype in ("float32", "float16", "bfloat16") else "matmul_generic.cpp.jinja"
         elif isinstance(kernel, ConvKernel):
             data, template = self._conv(kernel), "conv2d.cpp.jinja"
         else:
             raise UnsupportedError(f"no C++ template for {type(kernel).__name__}")
         body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
         name = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-        return RenderedKernel(name, kernel.family, body.replace("KERNEL_NAME", name))
+        return RenderedKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel))
 
     def _all_exprs(self, node: Node) -> list[sympy.Expr]:
         out: list[sympy.Expr] = []
@@ -271,7 +278,10 @@ class KernelRenderer:
         writer = BodyWriter(arg_names, sym_names)
         value = writer.value(k.value)
         out_dtype = self.program.buffers[k.output].dtype
-        loops = [{"var": f"i{d}", "size": writer.index(s)} for d, s in enumerate(k.shape)]
+        outer_strides = contiguous_strides(k.shape[:-1])
+        loops = [{"var": f"i{d}", "size": writer.index(s),
+                  "stride": writer.index(outer_strides[d]) if d < len(outer_strides) else "1"}
+                 for d, s in enumerate(k.shape)]
         store_index = writer.index(sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))),
                                        sympy.Integer(0)))
         data = self._common(k, [*k.shape, *self._all_exprs(k.value)])
@@ -294,30 +304,50 @@ class KernelRenderer:
         data = self._common(k, [*k.shape, *k.reduced, *self._all_exprs(k.value)])
         data.update(loops=loops, rloops=rloops, body=writer.lines, value=f"static_cast<{acc_ctype}>({value})",
                     acc_ctype=acc_ctype, init=init, combine=combine, arg=k.op in ("argmax", "argmin"), ridx=ridx,
+                    lanes=REDUCTION_LANES if len(k.reduced) == 1 and k.op not in ("argmax", "argmin") else 0,
+                    combine_lane=combine.replace("acc", "part[l]"),
                     op=k.op, store_value=store_to_storage(result, k.out_dtype))
         return data
 
     def _view(self, view: StridedView, writer: BodyWriter) -> dict[str, Any]:
         return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
 
+    # Cache blocking of the float matmul (templates/cpp/matmul.cpp.jinja): a task's tile is MC rows (a
+    # multiple of the micro-kernel's 6) by NC columns (a multiple of 16), packed KC steps of k at a time.
+    MATMUL_BLOCKS = {"mc": 96, "nc": 512, "kc": 256}
+
+    def scratch_bytes(self, kernel: Kernel) -> int:
+        """Per-thread scratch the kernel takes from the runtime (kernel ABI thread_scratch)."""
+        if isinstance(kernel, MatmulKernel) and kernel.dtype in ("float32", "float16", "bfloat16"):
+            b = self.MATMUL_BLOCKS
+            return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"])
+        return 0
+
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         writer = BodyWriter(arg_names, sym_names)
         a_dtype = self.program.buffers[k.a.buffer].dtype
         b_dtype = self.program.buffers[k.b.buffer].dtype
-        acc = "double" if k.dtype == "float64" else ("int64_t" if not scalar.is_float(k.dtype) else "float")
-        a_elem = f"{arg_names[k.a.buffer]}[a_off + bi * a_sb + (m0 + i) * a_sm + kk * a_sk]"
-        b_elem = "brow[j]" if k.b.strides[2] == 1 else "brow[j * b_sn]"
         exprs = [k.batch, k.m, k.n, k.k, k.a.offset, *k.a.strides, k.b.offset, *k.b.strides]
         data = self._common(k, exprs)
-        data.update(
-            batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
-            a=self._view(k.a, writer), b=self._view(k.b, writer), mb=4, nb=256, acc_ctype=acc,
-            b_ctype=STORAGE_CTYPE[b_dtype], b_name=arg_names[k.b.buffer],
-            load_a=f"static_cast<{acc}>({load_from_storage(a_elem, a_dtype)})",
-            load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
-            store=store_to_storage("acc[i][j]", k.dtype),
-        )
+        data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
+                    a=self._view(k.a, writer), b=self._view(k.b, writer), a_ctype=STORAGE_CTYPE[a_dtype],
+                    b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
+        if k.dtype in ("float32", "float16", "bfloat16"):
+            a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
+            widen = {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(b_dtype, "static_cast<float>")
+            data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
+                        load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
+                        load_b_at=widen, b_n_contiguous=k.b.strides[2] == 1,
+                        store=store_to_storage("tile[i * NC + j]", k.dtype))
+            return data
+        acc = "double" if k.dtype == "float64" else "int64_t"
+        a_elem = f"{arg_names[k.a.buffer]}[a_off + bi * a_sb + (m0 + i) * a_sm + kk * a_sk]"
+        b_elem = "brow[j]" if k.b.strides[2] == 1 else "brow[j * b_sn]"
+        data.update(mb=4, nb=256, acc_ctype=acc,
+                    load_a=f"static_cast<{acc}>({load_from_storage(a_elem, a_dtype)})",
+                    load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
+                    store=store_to_storage("acc[i][j]", k.dtype))
         return data
 
     def _conv(self, k: ConvKernel) -> dict[str, Any]:
@@ -345,6 +375,10 @@ class KernelRenderer:
             store=store_to_storage("acc", k.dtype),
         )
         return data
+
+
+# Partial accumulators of a reduction over one dim: 8 floats fill one AVX2 register.
+REDUCTION_LANES = 8
 
 
 def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
@@ -384,7 +418,8 @@ def render_library(program: Program) -> RenderedLibrary:
         kernels.setdefault(rendered.name, rendered)
         names.append(rendered.name)
         args.append(tuple(renderer._args(step)))
-    prelude = renderer.env.get_template("prelude.h.jinja").render()
+    scratch = max((k.scratch_bytes for k in kernels.values()), default=0)
+    prelude = renderer.env.get_template("prelude.h.jinja").render(scratch_bytes=scratch)
     source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
     return RenderedLibrary(source, tuple(names), tuple(args), tuple(kernels.values()))
 

@@ -29,6 +29,10 @@ typedef struct aotpack_kernel_ctx {
    * first message recorded. Thread-safe. The kernel keeps going on clamped values and must not crash. */
   void (*report_error)(const struct aotpack_kernel_ctx* ctx, const char* message);
   void* runtime; /* opaque to kernels */
+  /* The calling thread's scratch memory: at least aotpack_kernel_scratch_bytes() bytes (below), 64-byte
+   * aligned, private to the thread until the current chunk (or, outside parallel_for, the kernel) returns.
+   * Sessions allocate it for every thread when they are created, so kernels never allocate. */
+  void* (*thread_scratch)(const struct aotpack_kernel_ctx* ctx);
 } aotpack_kernel_ctx;
 
 /* Every kernel has this signature. `buffers` holds one base pointer per argument, in the order the step
@@ -39,6 +43,10 @@ typedef void (*aotpack_kernel_fn)(const aotpack_kernel_ctx* ctx, void* const* bu
 /* The library also exports `int32_t aotpack_kernel_abi_version(void)` returning the version it was
  * built against, so the runtime can refuse a library of another ABI before calling any kernel. */
 typedef int32_t (*aotpack_kernel_abi_version_fn)(void);
+
+/* A library may export `int64_t aotpack_kernel_scratch_bytes(void)`: the scratch its kernels need per
+ * thread (see thread_scratch). A library that does not export it needs none. */
+typedef int64_t (*aotpack_kernel_scratch_bytes_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -79,6 +79,14 @@ Status KernelLibrary::open(const std::string& member, const uint8_t* data, size_
     return unsupported("the CPU kernel library ", member, " was built for kernel ABI version ", version,
                        ", but this runtime implements version ", AOTPACK_KERNEL_ABI_VERSION,
                        "; re-export the model with a matching aotpack");
+  auto scratch_fn =
+      reinterpret_cast<aotpack_kernel_scratch_bytes_fn>(dlsym(lib->handle_, "aotpack_kernel_scratch_bytes"));
+  if (scratch_fn) {
+    lib->scratch_bytes_ = scratch_fn();
+    if (lib->scratch_bytes_ < 0 || lib->scratch_bytes_ > (int64_t{1} << 32))
+      return data_loss("the CPU kernel library ", member, " asks for ", lib->scratch_bytes_,
+                       " bytes of scratch per thread, outside 0..4 GiB");
+  }
   *out = std::move(lib);
   return Status();
 }

@@ -27,11 +27,15 @@ class KernelLibrary {
   // The exported kernel `name`; NOT_FOUND naming it when the library lacks it.
   Status kernel(const std::string& name, aotpack_kernel_fn* out) const;
 
+  // Scratch bytes per thread the kernels need (aotpack_kernel_scratch_bytes(); 0 if not exported).
+  int64_t scratch_bytes() const { return scratch_bytes_; }
+
  private:
   KernelLibrary() = default;
 
   std::string member_;
   void* handle_ = nullptr;
+  int64_t scratch_bytes_ = 0;
   int fd_ = -1;           // the memfd, kept open while loaded (see the destructor)
   std::string temp_path_; // the fallback temporary file, when memfd_create is unavailable
 };

@@ -26,6 +26,7 @@ struct aotpack_model {
   // The data of weight buffer `buffer` (an index into program().buffers), read-only.
   const void* weight_data(size_t buffer) const { return weight_data_[buffer]; }
   aotpack_kernel_fn step_kernel(size_t step) const { return step_kernels_[step]; }
+  int64_t kernel_scratch_bytes() const { return kernels_ ? kernels_->scratch_bytes() : 0; }
 
  private:
   aotpack::Status load_impl(const std::string& path, bool verify_digests);

@@ -43,7 +43,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
 
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
-  AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, &s->pool_));
+  AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, model->kernel_scratch_bytes(), &s->pool_));
   AOTPACK_RETURN_IF_ERROR(allocate(program.arena_bytes, "the arena", &s->arena_));
   s->outputs_.resize(program.outputs.size());
   s->output_shapes_.resize(program.outputs.size());
@@ -71,6 +71,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   s->ctx_.parallel_for = &aotpack_session::ctx_parallel_for;
   s->ctx_.report_error = &aotpack_session::ctx_report_error;
   s->ctx_.runtime = s.get();
+  s->ctx_.thread_scratch = &aotpack_session::ctx_thread_scratch;
   *out = std::move(s);
   return Status();
 }
@@ -78,6 +79,10 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
 void aotpack_session::ctx_parallel_for(const aotpack_kernel_ctx* ctx, int64_t n, int64_t grain, aotpack_range_fn fn,
                                        void* closure) {
   static_cast<aotpack_session*>(ctx->runtime)->pool_->parallel_for(n, grain, fn, closure);
+}
+
+void* aotpack_session::ctx_thread_scratch(const aotpack_kernel_ctx* ctx) {
+  return static_cast<aotpack_session*>(ctx->runtime)->pool_->scratch();
 }
 
 void aotpack_session::ctx_report_error(const aotpack_kernel_ctx* ctx, const char* message) {

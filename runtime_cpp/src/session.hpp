@@ -48,6 +48,7 @@ struct aotpack_session {
   static void ctx_parallel_for(const aotpack_kernel_ctx* ctx, int64_t n, int64_t grain, aotpack_range_fn fn,
                                void* closure);
   static void ctx_report_error(const aotpack_kernel_ctx* ctx, const char* message);
+  static void* ctx_thread_scratch(const aotpack_kernel_ctx* ctx);
 
   const aotpack_model* model_;
   std::unique_ptr<aotpack::ThreadPool> pool_;

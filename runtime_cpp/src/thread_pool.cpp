@@ -1,20 +1,33 @@
 #include "thread_pool.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <system_error>
 
 namespace aotpack {
 namespace {
 
 thread_local bool t_in_parallel_for = false;
+thread_local void* t_scratch = nullptr;  // the current chunk's thread's scratch, inside run_chunks
 
 }  // namespace
 
-Status ThreadPool::create(int num_threads, std::unique_ptr<ThreadPool>* out) {
+void ThreadPool::FreeDeleter::operator()(void* p) const { free(p); }
+
+Status ThreadPool::create(int num_threads, int64_t scratch_bytes, std::unique_ptr<ThreadPool>* out) {
   if (num_threads < 1) return invalid_argument("num_threads must be at least 1, got ", num_threads);
+  if (scratch_bytes < 0) return invalid_argument("negative kernel scratch size ", scratch_bytes);
   std::unique_ptr<ThreadPool> pool(new ThreadPool(num_threads));
+  const size_t bytes = static_cast<size_t>((std::max<int64_t>(scratch_bytes, 64) + 63) / 64 * 64);
+  for (int i = 0; i < num_threads; ++i) {
+    void* block = nullptr;
+    if (posix_memalign(&block, 64, bytes) != 0)
+      return resource_exhausted("cannot allocate ", bytes, " bytes of kernel scratch for each of ", num_threads,
+                                " threads");
+    pool->scratch_.emplace_back(block);
+  }
   try {
-    for (int i = 1; i < num_threads; ++i) pool->threads_.emplace_back([p = pool.get()] { p->worker(); });
+    for (int i = 1; i < num_threads; ++i) pool->threads_.emplace_back([p = pool.get(), i] { p->worker(i); });
   } catch (const std::system_error& e) {
     return resource_exhausted("cannot start ", num_threads, " threads: ", e.what());
   }
@@ -31,7 +44,9 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void ThreadPool::worker() {
+void* ThreadPool::scratch() const { return t_in_parallel_for ? t_scratch : scratch_[0].get(); }
+
+void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -40,15 +55,16 @@ void ThreadPool::worker() {
     seen = generation_;
     ++active_;
     lock.unlock();
-    run_chunks();
+    run_chunks(index);
     lock.lock();
     --active_;
     if (active_ == 0) done_cv_.notify_all();
   }
 }
 
-void ThreadPool::run_chunks() {
+void ThreadPool::run_chunks(int index) {
   t_in_parallel_for = true;
+  t_scratch = scratch_[index].get();
   for (;;) {
     int64_t c = next_chunk_.fetch_add(1);
     if (c >= num_chunks_) break;
@@ -83,7 +99,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, aotpack_range_fn fn, voi
     ++generation_;
   }
   work_cv_.notify_all();
-  run_chunks();
+  run_chunks(0);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return active_ == 0 && chunks_done_.load() == num_chunks_; });
 }

@@ -23,7 +23,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
   ~ThreadPool();
 
-  static Status create(int num_threads, std::unique_ptr<ThreadPool>* out);
+  // Each thread gets `scratch_bytes` of 64-byte-aligned scratch memory (the kernel ABI's thread_scratch).
+  static Status create(int num_threads, int64_t scratch_bytes, std::unique_ptr<ThreadPool>* out);
+  // The scratch of the calling thread: a worker's own inside a loop, else the calling thread's (block 0).
+  void* scratch() const;
 
   int num_threads() const { return num_threads_; }
 
@@ -33,11 +36,15 @@ class ThreadPool {
 
  private:
   explicit ThreadPool(int num_threads) : num_threads_(num_threads) {}
-  void worker();
-  void run_chunks();
+  void worker(int index);
+  void run_chunks(int index);
 
   const int num_threads_;
   std::vector<std::thread> threads_;
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  std::vector<std::unique_ptr<void, FreeDeleter>> scratch_;  // one block per thread; [0]: the caller's
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // a new loop, or stop
