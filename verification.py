@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from .errors import AotpackError
 
@@ -74,7 +75,7 @@ def verify_package(path: Path, captured: Any) -> dict[str, Any]:
     inputs = verification_inputs(captured.example_inputs)
     with torch.no_grad():
         expected = captured.program.module()(*inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    expected = pytree.tree_leaves(expected)  # tuples, dicts, Hugging Face ModelOutputs: flattened as export does
     outputs = model.session().run([to_numpy(x) for x in inputs])
     errors, failures = {}, []
     for name, out, ref in zip(captured.output_names, outputs, expected):

@@ -25,6 +25,27 @@ _DECOMPOSED = [
 ]
 
 
+def _flash_attention_for_cpu(query: Any, key: Any, value: Any, dropout_p: float = 0.0, is_causal: bool = False,
+                             *, attn_mask: Any = None, scale: Any = None) -> tuple[Any, Any]:
+    """sdpa as torch.export records it on CPU, decomposed to the math form with the *same output strides*.
+
+    The op's meta allocates its output like `query`, so a model that transposes it back and calls
+    .contiguous() (a no-op then, not traced) and .view() (Hugging Face's GPT-2) is valid at capture. torch's
+    own decomposition returns another layout, on which that view fails while decomposing ("Cannot view a
+    tensor with shape ... and strides ..."). Copying into empty_like(query) keeps the captured layout; the
+    lowering, which works on index functions, makes the copy free.
+    """
+    output, attn = aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        enable_gqa=query.size(1) != key.size(1),
+    )
+    return aten.copy.default(torch.empty_like(query), output), attn
+
+
 def decompositions() -> dict[Any, Any]:
     ops = [getattr(aten, name) for name in _DECOMPOSED if hasattr(aten, name)]
-    return get_decompositions(ops)
+    table = get_decompositions(ops)
+    flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if flash is not None:
+        table[flash.default] = _flash_attention_for_cpu
+    return table

@@ -298,6 +298,15 @@ def _full(ctx: GraphLowering, node: torch.fx.Node, *args: Any, **kwargs: Any) ->
     return TensorValue(out, ctx.shape_of(node), lambda idx: const)
 
 
+@lowers(aten.empty.memory_format, aten.empty_like.default, aten.empty_permuted.default,
+        aten.empty_strided.default, aten.new_empty.default, aten.new_empty_strided.default)
+def _empty(ctx: GraphLowering, node: torch.fx.Node, *args: Any, **kwargs: Any) -> TensorValue:
+    """Uninitialised memory may hold anything: zeros, which cost nothing when a copy overwrites them."""
+    out = ctx.dtype_of(node)
+    const = scalar_node(0, out)
+    return TensorValue(out, ctx.shape_of(node), lambda idx: const)
+
+
 @lowers(aten.arange.start_step, aten.arange.default, aten.arange.start, prims.iota.default)
 def _arange(ctx: GraphLowering, node: torch.fx.Node, *args: Any, **kwargs: Any) -> TensorValue:
     name = node.target.overloadpacket.__name__

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from aotpack.build import BuildResult, build_package
 from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
@@ -62,7 +63,7 @@ def make_inputs(exported: Exported, point: dict[str, int], seed: int) -> list[to
 def check_against_eager(exported: Exported, session: Any, inputs: list[torch.Tensor]) -> list[float]:
     with torch.no_grad():
         expected = exported.model(*inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    expected = pytree.tree_leaves(expected)  # tuples, dicts, Hugging Face ModelOutputs: flattened as export does
     outputs = session.run([to_numpy(x) for x in inputs])
     errors = []
     for info, out, ref in zip(exported.signature["outputs"], outputs, expected):
