@@ -22,6 +22,7 @@ from .lowering.compile_cpp import compiler_version
 from .lowering.decompositions import decompositions
 from .lowering.stages import Lowered, run_stages
 from .lowering.symbolic import to_json
+from .lowering.targets import Targets
 from .packages import layout
 from .packages.writer import canonical_json, write_package
 
@@ -63,22 +64,29 @@ def build_package(
     dump: Callable[[str, str], None] | None = None,
     progress: Callable[[str], None] = lambda message: None,
     verify: Callable[[Path, CapturedProgram], dict[str, Any]] | None = None,
+    targets: Targets | None = None,
 ) -> BuildResult:
     """Lowers a captured program and writes the package file to `output` (atomically)."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     progress("lowering to kernels and compiling them")
-    isa = knobs.cpu_isa()
-    lowered = run_stages(captured, isa, dump=dump, dump_stages=tuple(dump_stages))
+    isa = targets.cpu.isa if targets is not None and targets.cpu is not None else knobs.cpu_isa()
+    lowered = run_stages(captured, isa, dump=dump, dump_stages=tuple(dump_stages), targets=targets)
     seconds["lower_and_compile"] = time.perf_counter() - start
 
     start = time.perf_counter()
     members = {
         layout.PROGRAM: canonical_json(lowered.program_json),
         layout.WEIGHTS: safetensors.torch.save(lowered.program.weights),
-        layout.cpu_library(isa): lowered.library_bytes,
-        layout.cpu_source(isa): lowered.library.source.encode(),
     }
+    target_entries = []
+    if lowered.library is not None:
+        members[layout.cpu_library(isa)] = lowered.library_bytes
+        members[layout.cpu_source(isa)] = lowered.library.source.encode()
+        target_entries.append({"kind": "cpu", "arch": platform.machine(), "isa": isa, "library": layout.cpu_library(isa)})
+    if lowered.cubins:
+        members.update(_cuda_members(lowered))
+        target_entries.append(_cuda_target(lowered))
     manifest = {
         "name": name or default_name(captured.model_file),
         "version": version,
@@ -87,10 +95,11 @@ def build_package(
             "torch": torch.__version__,
             "compiler": compiler_version(knobs.cxx()),
             "python": platform.python_version(),
+            **({"triton": _triton_version()} if lowered.cubins else {}),
         },
-        "targets": [{"kind": "cpu", "arch": platform.machine(), "isa": isa, "library": layout.cpu_library(isa)}],
+        "targets": target_entries,
         "signature": _signature(captured, lowered),
-        "metadata": {"kernels": len(lowered.library.kernels), "steps": len(lowered.program.steps),
+        "metadata": {"kernels": len((lowered.library or lowered.triton).kernels), "steps": len(lowered.program.steps),
                      "arena_bytes": lowered.plan.arena_bytes},
     }
     output = Path(output)
@@ -107,6 +116,36 @@ def build_package(
     final = write_package(output, manifest, members)
     seconds["package"] = time.perf_counter() - start
     return BuildResult(output, final, seconds, output.stat().st_size, tuple(captured.notes))
+
+
+def _triton_version() -> str:
+    from .lowering.compile_triton import triton_version
+
+    return triton_version() or "unknown"
+
+
+def _cuda_members(lowered: Lowered) -> dict[str, bytes]:
+    """cuda/sm_<cc>/<kernel>.cubin and cuda/sm_<cc>/kernels.json per architecture, and the Triton source."""
+    members: dict[str, bytes] = {}
+    for arch, compiled in sorted(lowered.cubins.items()):
+        entries = []
+        for kernel in lowered.triton.kernels:
+            c = compiled.kernels[kernel.name]
+            members[layout.cuda_cubin(arch, kernel.name)] = c.cubin
+            entries.append({"name": kernel.name, "cubin": layout.cuda_cubin(arch, kernel.name), "function": c.name,
+                            "num_warps": c.num_warps, "shared": c.shared,
+                            "global_scratch_size": c.global_scratch_size,
+                            "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version})
+        members[layout.cuda_kernels(arch)] = canonical_json({"arch": arch, "kernels": entries})
+    members[layout.CUDA_SOURCE] = lowered.triton.source.encode()
+    return members
+
+
+def _cuda_target(lowered: Lowered) -> dict[str, Any]:
+    compiled = [lowered.cubins[a] for a in sorted(lowered.cubins)]
+    ptx = max((c.ptx_version for c in compiled), key=lambda v: tuple(map(int, v.split("."))) if v else (0,))
+    return {"kind": "cuda", "archs": sorted(lowered.cubins), "ptx_version": ptx,
+            "min_driver_version": max(c.min_cuda_driver for c in compiled), "source": layout.CUDA_SOURCE}
 
 
 def default_name(model_file: Path) -> str:

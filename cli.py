@@ -53,11 +53,17 @@ def _progress(message: str) -> None:
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
               help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, serialize).")
 @click.option("--no-verify", is_flag=True, help="Skip running the package against eager PyTorch at export.")
+@click.option("--target", "target", default="cpu", show_default=True, metavar="cpu|cuda|cpu,cuda",
+              help="What the package runs on; CUDA kernels are Triton, cross-compiled to cubins (no GPU needed).")
+@click.option("--cuda-arch", "cuda_arch", metavar="CC[,CC...]",
+              help="CUDA compute capabilities to build cubins for, e.g. 80,90 (default: the local GPU's, else 90).")
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
-           dump: tuple[str, ...], no_verify: bool) -> None:
+           dump: tuple[str, ...], no_verify: bool, target: str, cuda_arch: str | None) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
     from .build import build_package, capture_model_file, default_name
+    from . import knobs
     from .lowering.stages import STAGE_NAMES
+    from .lowering.targets import parse_targets
     from .verification import verify_package
 
     unknown = [s for s in dump if s not in STAGE_NAMES]
@@ -65,6 +71,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
         _fail(f"--dump {unknown[0]}: no such stage; the stages are {', '.join(STAGE_NAMES)}")
     if not Path(model_file).is_file():
         _fail(f"{model_file}: no such file; pass the path of a model.py")
+    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
     start = time.perf_counter()
     click.echo(f"exporting {model_file} -> {output}", err=True)
@@ -75,7 +82,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     result = build_package(
         captured, output, name=name, version=version, dump_stages=dump,
         dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"), progress=_progress,
-        verify=None if no_verify else verify_package,
+        verify=None if no_verify else verify_package, targets=targets,
     )
     signature = result.manifest["signature"]
     symbols = ", ".join(f"{s['name']}={s['min']}..{s['max']}" for s in signature["symbols"]) or "static shapes"
@@ -107,7 +114,10 @@ def inspect(package: str, as_json: bool) -> None:
     sig = m["signature"]
     click.echo(f"{m['name']} {m['version']}  ({m['format']} format {m['format_version']})")
     click.echo("producer: " + ", ".join(f"{k} {v}" for k, v in sorted(m["producer"].items())))
-    click.echo("targets:  " + ", ".join(f"{t['kind']} {t.get('arch', '')} {t.get('isa', '')}".strip() for t in m["targets"]))
+    click.echo("targets:  " + ", ".join(
+        f"cuda {' '.join(f'sm_{a}' for a in t.get('archs', []))} (PTX {t.get('ptx_version')}, driver >= "
+        f"{t.get('min_driver_version', 0) // 1000}.{t.get('min_driver_version', 0) % 1000 // 10})" if t["kind"] == "cuda"
+        else f"{t['kind']} {t.get('arch', '')} {t.get('isa', '')}".strip() for t in m["targets"]))
     click.echo("symbols:  " + (", ".join(f"{s['name']} in {s['min']}..{s['max']}" for s in sig["symbols"]) or "none (static)"))
     for kind in ("inputs", "outputs"):
         for t in sig[kind]:

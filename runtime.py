@@ -256,8 +256,9 @@ class Model:
             infos.append(_tensor_info(info))
         return infos
 
-    def session(self, num_threads: int = 1) -> Session:
-        return Session(self, num_threads=num_threads)
+    def session(self, num_threads: int = 1, device: str = "cpu") -> Session:
+        """device: "cpu", "cuda" or "cuda:N". On CUDA, run() still takes and returns host arrays."""
+        return Session(self, num_threads=num_threads, device=device)
 
     def close(self) -> None:
         """Releases the model now; sessions created from it must not be used afterwards."""
@@ -283,11 +284,13 @@ class Session:
         options = _SessionOptions()
         self._lib.aotpack_session_options_init(ctypes.byref(options))
         options.num_threads = num_threads
-        options.device_type = {"cpu": 0, "cuda": 1}.get(device, -1)
-        if options.device_type < 0:
+        kind, _, index = device.partition(":")
+        options.device_type = {"cpu": 0, "cuda": 1}.get(kind, -1)
+        if options.device_type < 0 or (index and not index.isdigit()):
             raise AotpackError(
-                StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu' or 'cuda'"
+                StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'"
             )
+        options.device_index = int(index or 0)
         _check(
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )

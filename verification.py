@@ -76,16 +76,47 @@ def verify_package(path: Path, captured: Any) -> dict[str, Any]:
     with torch.no_grad():
         expected = captured.program.module()(*inputs)
     expected = pytree.tree_leaves(expected)  # tuples, dicts, Hugging Face ModelOutputs: flattened as export does
-    outputs = model.session().run([to_numpy(x) for x in inputs])
-    errors, failures = {}, []
-    for name, out, ref in zip(captured.output_names, outputs, expected):
-        ref_np = ref.float().numpy() if ref.dtype in (torch.bfloat16, torch.float16) else ref.numpy()
-        err = relative_error(from_runtime(out, ref.dtype), ref_np)
-        errors[name] = float(f"{err:.1e}")
-        if not err <= TOLERANCE.get(str(ref.dtype).removeprefix("torch."), 0.0):
-            failures.append(mismatch_report(name, from_runtime(out, ref.dtype), ref_np))
-    if failures:
-        raise VerificationError(
-            "the exported package does not reproduce eager PyTorch at the example inputs, so it was not written "
-            "(this is an aotpack bug; please report it with the model):\n  " + "\n  ".join(failures))
-    return {"inputs": "example shapes, float inputs drawn from seed 0", "rel_error": errors, "passed": True}
+    sessions, cuda_skipped = _sessions(runtime, model)
+    if not sessions:
+        return {"skipped": cuda_skipped}
+    result: dict[str, Any] = {}
+    for device, session in sessions:
+        outputs = session.run([to_numpy(x) for x in inputs])
+        errors, failures = {}, []
+        for name, out, ref in zip(captured.output_names, outputs, expected):
+            ref_np = ref.float().numpy() if ref.dtype in (torch.bfloat16, torch.float16) else ref.numpy()
+            err = relative_error(from_runtime(out, ref.dtype), ref_np)
+            errors[name] = float(f"{err:.1e}")
+            if not err <= TOLERANCE.get(str(ref.dtype).removeprefix("torch."), 0.0):
+                failures.append(f"[{device}] " + mismatch_report(name, from_runtime(out, ref.dtype), ref_np))
+        if failures:
+            raise VerificationError(
+                "the exported package does not reproduce eager PyTorch at the example inputs, so it was not written "
+                "(this is an aotpack bug; please report it with the model):\n  " + "\n  ".join(failures))
+        if not result:
+            result = {"inputs": "example shapes, float inputs drawn from seed 0", "rel_error": errors, "passed": True}
+            if device != "cpu":
+                result["device"] = device
+        else:
+            result[device] = {"rel_error": errors, "passed": True}
+    if cuda_skipped:
+        result["cuda"] = {"skipped": cuda_skipped}
+    return result
+
+
+def _sessions(runtime: Any, model: Any) -> tuple[list[tuple[str, Any]], str]:
+    """A session on each device the package targets and this machine has, and why CUDA was not run.
+
+    A package with CUDA kernels is verified on this machine's GPU when it has one (a GPU-less export
+    records that its CUDA kernels were not run)."""
+    kinds = {t["kind"] for t in model.manifest.get("targets", [])}
+    sessions: list[tuple[str, Any]] = []
+    if "cpu" in kinds:
+        sessions.append(("cpu", model.session()))
+    reason = ""
+    if "cuda" in kinds:
+        try:
+            sessions.append(("cuda", model.session(device="cuda")))
+        except runtime.AotpackError as e:
+            reason = f"CUDA kernels not run: {e}"
+    return sessions, reason

@@ -26,3 +26,15 @@ def cpu_library(isa: str) -> str:
 
 def cpu_source(isa: str) -> str:
     return f"cpu/{isa}/kernels.cpp"
+
+
+def cuda_kernels(arch: int) -> str:
+    """Per-architecture launch metadata of the CUDA kernels (docs/package-format.md)."""
+    return f"cuda/sm_{arch}/kernels.json"
+
+
+def cuda_cubin(arch: int, kernel: str) -> str:
+    return f"cuda/sm_{arch}/{kernel}.cubin"
+
+
+CUDA_SOURCE = "cuda/kernels.py"  # the Triton source of every kernel, for audit (never loaded)

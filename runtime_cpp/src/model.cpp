@@ -44,7 +44,13 @@ Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
           .prefixed(kProgramMember));
   AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
-  AOTPACK_RETURN_IF_ERROR(load_kernels());
+  bool has_cuda = false;
+  CudaPlan cuda_plan;
+  AOTPACK_RETURN_IF_ERROR(parse_cuda_plan(package_.manifest(), program_doc, program_, &has_cuda, &cuda_plan));
+  if (has_cuda) cuda_.reset(new CudaModel(&package_, &program_, &weight_data_, std::move(cuda_plan)));
+  Status cpu = load_kernels();
+  if (!cpu.ok() && !(has_cuda && cpu.code() == AOTPACK_UNSUPPORTED)) return cpu;
+  if (!cpu.ok()) cpu_unavailable_ = cpu.message();  // a CUDA package may still run on a CUDA device
 
   weight_data_.assign(program_.buffers.size(), nullptr);
   for (size_t i = 0; i < program_.buffers.size(); ++i) {

@@ -8,6 +8,7 @@
 
 #include "aotpack.h"
 #include "aotpack_kernel_abi.h"
+#include "cuda_backend.hpp"
 #include "kernel_library.hpp"
 #include "package.hpp"
 #include "program.hpp"
@@ -26,6 +27,11 @@ struct aotpack_model {
   // The data of weight buffer `buffer` (an index into program().buffers), read-only.
   const void* weight_data(size_t buffer) const { return weight_data_[buffer]; }
   aotpack_kernel_fn step_kernel(size_t step) const { return step_kernels_[step]; }
+  // Whether the package has CPU kernels this host runs (a CUDA-only package has none), and its CUDA side
+  // (null when the package has no CUDA target).
+  bool has_cpu_kernels() const { return kernels_ != nullptr; }
+  const std::string& cpu_unavailable() const { return cpu_unavailable_; }  // why not, for messages
+  const aotpack::CudaModel* cuda() const { return cuda_.get(); }
   int64_t kernel_scratch_bytes() const { return kernels_ ? kernels_->scratch_bytes() : 0; }
 
  private:
@@ -43,6 +49,8 @@ struct aotpack_model {
   std::unique_ptr<aotpack::KernelLibrary> kernels_;
   std::vector<aotpack_kernel_fn> step_kernels_;
   std::vector<aotpack_tensor_info_t> input_infos_, output_infos_;
+  std::string cpu_unavailable_;
+  std::unique_ptr<aotpack::CudaModel> cuda_;
 };
 
 #endif  // AOTPACK_SRC_MODEL_HPP_

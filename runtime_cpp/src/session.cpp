@@ -32,11 +32,15 @@ Status aotpack_session::allocate(int64_t bytes, const char* what, Memory* out) {
 
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
-  if (options.device_type == AOTPACK_DEVICE_CUDA)
-    return unsupported("CUDA is not supported by this build yet; use the CPU device");
-  if (options.device_type != AOTPACK_DEVICE_CPU)
+  const bool cuda = options.device_type == AOTPACK_DEVICE_CUDA;
+  if (cuda && !model->cuda())
+    return unsupported("the package has no CUDA kernels (export it with --target cuda or cpu,cuda); use the CPU device");
+  if (!cuda && options.device_type != AOTPACK_DEVICE_CPU)
     return invalid_argument("unknown device_type ", static_cast<int>(options.device_type));
-  if (options.device_index != 0)
+  if (!cuda && !model->has_cpu_kernels())
+    return unsupported("the package has no CPU kernels this host can run (", model->cpu_unavailable(),
+                       "); use a CUDA device");
+  if (!cuda && options.device_index != 0)
     return invalid_argument("device_index ", options.device_index, " does not exist: the CPU device is index 0");
   if (options.num_threads < 1 || options.num_threads > kMaxThreads)
     return invalid_argument("num_threads is ", options.num_threads, ", expected 1..", kMaxThreads);
@@ -44,7 +48,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
   AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, model->kernel_scratch_bytes(), &s->pool_));
-  AOTPACK_RETURN_IF_ERROR(allocate(program.arena_bytes, "the arena", &s->arena_));
+  if (!cuda) AOTPACK_RETURN_IF_ERROR(allocate(program.arena_bytes, "the arena", &s->arena_));
   s->outputs_.resize(program.outputs.size());
   s->output_shapes_.resize(program.outputs.size());
   s->buffer_data_.assign(program.buffers.size(), nullptr);
@@ -53,7 +57,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
     switch (b.kind) {
       case BufferKind::kInput: break;
       case BufferKind::kWeight: s->buffer_data_[i] = const_cast<void*>(model->weight_data(i)); break;
-      case BufferKind::kArena: s->buffer_data_[i] = s->arena_.get() + b.offset; break;
+      case BufferKind::kArena: s->buffer_data_[i] = cuda ? nullptr : s->arena_.get() + b.offset; break;
       case BufferKind::kOutput: {
         std::string what = str_cat("output ", quoted(program.outputs[b.port].name));
         AOTPACK_RETURN_IF_ERROR(allocate(b.max_bytes, what.c_str(), &s->outputs_[b.port]));
@@ -71,6 +75,9 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   s->ctx_.parallel_for = &aotpack_session::ctx_parallel_for;
   s->ctx_.report_error = &aotpack_session::ctx_report_error;
   s->ctx_.runtime = s.get();
+  if (cuda) {  // the arena lives on the device; outputs_ receive the results
+    AOTPACK_RETURN_IF_ERROR(CudaSession::create(*model->cuda(), program, options.device_index, &s->cuda_));
+  }
   s->ctx_.thread_scratch = &aotpack_session::ctx_thread_scratch;
   *out = std::move(s);
   return Status();
@@ -202,6 +209,16 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   kernel_failed_.store(false);
   AOTPACK_RETURN_IF_ERROR(check_inputs(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(plan_buffers());
+  if (cuda_) {
+    const Program& p = model_->program();
+    std::vector<const void*> inputs_host(p.inputs.size());
+    std::vector<void*> outputs_host(p.outputs.size());
+    for (size_t i = 0; i < p.inputs.size(); ++i) inputs_host[i] = buffer_data_[p.inputs[i].buffer];
+    for (size_t i = 0; i < p.outputs.size(); ++i) outputs_host[i] = outputs_[i].get();
+    AOTPACK_RETURN_IF_ERROR(cuda_->run(inputs_host, symbols_.data(), outputs_host));
+    have_outputs_ = true;
+    return Status();
+  }
   AOTPACK_RETURN_IF_ERROR(run_steps());
   have_outputs_ = true;
   return Status();

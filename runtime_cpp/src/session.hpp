@@ -61,6 +61,7 @@ struct aotpack_session {
   std::vector<int64_t> symbols_;                 // this run's symbol values, program order
   std::vector<char> bound_;                      // whether symbols_[i] is bound yet in check_inputs
   bool have_outputs_ = false;
+  std::unique_ptr<aotpack::CudaSession> cuda_;  // set on a CUDA session: steps run there, not on the CPU
 
   std::mutex error_mu_;
   std::atomic<bool> kernel_failed_{false};

@@ -28,7 +28,7 @@
 namespace {
 
 const char kUsage[] =
-    "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu]\n"
+    "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu|cuda[:N]]\n"
     "                   [--threads N] [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]\n"
     "\n"
     "Runs an aotpack package. Inputs come from a safetensors file keyed by input name, or are random\n"
@@ -46,6 +46,7 @@ struct Args {
   std::string package;
   std::string inputs, outputs;
   std::string device = "cpu";
+  int device_index = 0;
   int threads = 1;
   bool verify = true;
   int repeat = 5;
@@ -87,8 +88,14 @@ Args parse_args(int argc, char** argv) {
       args.outputs = next();
     } else if (a == "--device") {
       args.device = next();
+      if (args.device.rfind("cuda:", 0) == 0) {  // cuda:N
+        int64_t n = parse_int("--device cuda:N", args.device.substr(5));
+        if (n < 0 || n > 1024) throw UsageError("--device cuda:N: N must be 0..1024");
+        args.device_index = static_cast<int>(n);
+        args.device = "cuda";
+      }
       if (args.device != "cpu" && args.device != "cuda")
-        throw UsageError("--device is \"" + args.device + "\"; expected cpu or cuda");
+        throw UsageError("--device is \"" + args.device + "\"; expected cpu, cuda or cuda:N");
     } else if (a == "--threads") {
       int64_t n = parse_int("--threads", next());
       if (n < 1 || n > 1024) throw UsageError("--threads must be 1..1024");
@@ -345,6 +352,7 @@ int run(const Args& args) {
   aotpack_session_options_t options;
   aotpack_session_options_init(&options);
   options.device_type = args.device == "cuda" ? AOTPACK_DEVICE_CUDA : AOTPACK_DEVICE_CPU;
+  options.device_index = args.device_index;
   options.num_threads = args.threads;
   aotpack::Session session(model, options);
 
@@ -390,7 +398,10 @@ int run(const Args& args) {
                                      : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
     std::printf(", median of %zu runs %.3f ms", times.size(), median);
   }
-  std::printf(" (%d thread%s)\n", args.threads, args.threads == 1 ? "" : "s");
+  if (args.device == "cuda")
+    std::printf(" (cuda:%d, host inputs and outputs)\n", args.device_index);
+  else
+    std::printf(" (%d thread%s)\n", args.threads, args.threads == 1 ? "" : "s");
   return 0;
 }
 

@@ -1,0 +1,165 @@
+"""Cross-compiles a rendered Triton module to one cubin per kernel and CUDA architecture, with no GPU.
+
+Uses Triton's compiler API directly, as shared/reference/triton_aot.md recommends:
+`triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32))`.
+Triton bundles ptxas, so no CUDA toolkit and no driver are needed. Results are cached by the hash of
+the source, the kernel, its options, the architecture and the Triton version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import knobs
+from ..errors import AotpackError
+from .codegen_triton import TritonKernel, TritonLibrary
+
+
+class TritonCompileError(AotpackError):
+    pass
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    name: str  # the cubin's entry point (Triton names it after the Python function)
+    cubin: bytes
+    num_warps: int
+    shared: int  # dynamic shared memory bytes
+    global_scratch_size: int
+    global_scratch_align: int
+    profile_scratch_size: int
+    ptx_version: str  # the PTX ISA version Triton emitted, e.g. "8.7"
+
+
+@dataclass(frozen=True)
+class CompiledArch:
+    arch: int
+    kernels: dict[str, CompiledKernel]
+
+    @property
+    def min_cuda_driver(self) -> int:
+        """cuDriverGetVersion() the cubins need: the CUDA major of the ptxas that built them, as 1000*major.
+
+        Cubins built by CUDA 12.x ptxas run on any 12.x-or-later driver (minor version compatibility);
+        PTX ISA 8.x comes from CUDA 12, 9.x from CUDA 13."""
+        majors = {int(k.ptx_version.split(".")[0]) for k in self.kernels.values()} or {8}
+        return (max(majors) + 4) * 1000
+
+    @property
+    def ptx_version(self) -> str:
+        return max((k.ptx_version for k in self.kernels.values()), default="", key=lambda v: tuple(map(int, v.split("."))))
+
+
+def triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def _require_triton():
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as e:
+        raise TritonCompileError(
+            "exporting for CUDA needs Triton, which is not installed here; install it with "
+            "`pip install 'aotpack[cuda]'` (or `pip install triton`)") from e
+    major, minor = (int(p) for p in re.findall(r"\d+", triton.__version__)[:2])
+    if (major, minor) < (3, 3):
+        raise TritonCompileError(f"Triton {triton.__version__} is too old for aotpack's CUDA export; 3.3 or later is needed")
+    return triton, ASTSource, GPUTarget
+
+
+def _load_module(source: str, directory: Path):
+    """The rendered module imported from a real file: Triton reads kernel sources through inspect."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = directory / f"aotpack_triton_{digest}.py"
+    if not path.exists():
+        part = path.with_suffix(".partial")
+        part.write_text(source)
+        os.replace(part, path)
+    name = f"aotpack_triton_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ptx_version(ptx: str) -> str:
+    match = re.search(r"^\s*\.version\s+(\d+\.\d+)", ptx, re.MULTILINE)
+    return match.group(1) if match else ""
+
+
+def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arch: int) -> CompiledKernel:
+    fn = getattr(module, kernel.name)
+    signature = dict(kernel.signature)
+    constexprs = dict(kernel.constexprs)
+    names = [n for n, _ in kernel.signature]
+    # Every buffer the runtime passes is at least 64-byte aligned (arena offsets, cuMemAlloc'ed memory).
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in kernel.signature if t.startswith("*")}
+    source = ASTSource(fn, signature, constexprs, attrs)
+    options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": False}
+    try:
+        ck = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    except Exception as e:  # Triton raises many types; each is a bug in our templates, never the user's
+        raise TritonCompileError(
+            f"compiling the generated Triton kernel {kernel.name} ({kernel.family}) for sm_{arch} failed; this is "
+            f"an aotpack bug, please report it with the model:\n{type(e).__name__}: {str(e)[-4000:]}") from e
+    meta = ck.metadata
+    return CompiledKernel(
+        name=meta.name, cubin=bytes(ck.asm["cubin"]), num_warps=int(meta.num_warps), shared=int(meta.shared),
+        global_scratch_size=int(getattr(meta, "global_scratch_size", 0) or 0),
+        global_scratch_align=int(getattr(meta, "global_scratch_align", 1) or 1),
+        profile_scratch_size=int(getattr(meta, "profile_scratch_size", 0) or 0),
+        ptx_version=_ptx_version(ck.asm.get("ptx", "")))
+
+
+def _cache_key(source: str, kernel: TritonKernel, arch: int, version: str) -> str:
+    text = "\0".join([source, kernel.name, repr(kernel.signature), repr(kernel.constexprs),
+                      f"{kernel.num_warps}/{kernel.num_stages}", str(arch), version, "fp_fusion=0"])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compile_triton_library(library: TritonLibrary, archs: tuple[int, ...]) -> dict[int, CompiledArch]:
+    """Cubins of every kernel of `library` for each compute capability in `archs` (e.g. 80, 90)."""
+    triton, ASTSource, GPUTarget = _require_triton()
+    cache = knobs.cache_dir() / "cuda"
+    cache.mkdir(parents=True, exist_ok=True)
+    out: dict[int, CompiledArch] = {}
+    module = None
+    for arch in archs:
+        kernels: dict[str, CompiledKernel] = {}
+        for kernel in library.kernels:
+            key = _cache_key(library.source, kernel, arch, triton.__version__)
+            meta_path, cubin_path = cache / f"{key}.json", cache / f"{key}.cubin"
+            if meta_path.exists() and cubin_path.exists():
+                meta = json.loads(meta_path.read_text())
+                kernels[kernel.name] = CompiledKernel(cubin=cubin_path.read_bytes(), **meta)
+                continue
+            if module is None:
+                module = _load_module(library.source, cache)
+            compiled = _compile_one(triton, ASTSource, GPUTarget, module, kernel, arch)
+            kernels[kernel.name] = compiled
+            for path, data in ((cubin_path, compiled.cubin),
+                               (meta_path, json.dumps({k: v for k, v in compiled.__dict__.items()
+                                                       if k != "cubin"}).encode())):
+                part = path.with_suffix(".partial")
+                part.write_bytes(data)
+                shutil.move(part, path)
+        out[arch] = CompiledArch(arch, kernels)
+    return out

@@ -1,0 +1,67 @@
+"""What a package is built for: frozen target descriptors, parsed once from the CLI's --target/--cuda-arch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import AotpackError
+
+
+class TargetError(AotpackError):
+    pass
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    isa: str  # an x86-64 micro-architecture level, e.g. "x86-64-v3"
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    archs: tuple[int, ...]  # compute capabilities as 10 * major + minor, e.g. (80, 90)
+
+
+@dataclass(frozen=True)
+class Targets:
+    cpu: CpuTarget | None
+    cuda: CudaTarget | None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(k for k, t in (("cpu", self.cpu), ("cuda", self.cuda)) if t is not None)
+
+
+def local_cuda_arch() -> int | None:
+    """The compute capability of this machine's first GPU, if torch sees one."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return major * 10 + minor
+    except Exception:  # a broken CUDA install must not break a CPU export
+        return None
+    return None
+
+
+def parse_targets(spec: str, cuda_archs: str | None, isa: str) -> Targets:
+    """`--target cpu`, `cuda` or `cpu,cuda`; `--cuda-arch 80,90` (default: the local GPU's, else 90)."""
+    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in ("cpu", "cuda")]
+    if unknown or not kinds:
+        raise TargetError(f"--target {spec!r}: expected cpu, cuda or cpu,cuda")
+    cuda = None
+    if "cuda" in kinds:
+        if cuda_archs:
+            try:
+                archs = tuple(sorted({int(a.strip().removeprefix("sm_")) for a in cuda_archs.split(",") if a.strip()}))
+            except ValueError:
+                raise TargetError(f"--cuda-arch {cuda_archs!r}: expected compute capabilities like 80,90") from None
+            if not archs or any(a < 70 or a > 200 for a in archs):
+                raise TargetError(f"--cuda-arch {cuda_archs!r}: expected compute capabilities like 80,90 (7.0 or later)")
+        else:
+            archs = (local_cuda_arch() or 90,)
+        cuda = CudaTarget(archs)
+    elif cuda_archs:
+        raise TargetError("--cuda-arch needs --target cuda (or cpu,cuda)")
+    return Targets(CpuTarget(isa) if "cpu" in kinds else None, cuda)

@@ -1,0 +1,87 @@
+// The CUDA driver API, opened at run time: dlopen("libcuda.so.1") when a CUDA session is first asked for.
+//
+// The runtime is built without CUDA headers and never links against CUDA, so one build serves CPU-only and
+// GPU hosts. The few driver types, constants and functions it uses are declared here by hand; they are the
+// driver's stable ABI (cuda.h, CUDA 12/13), and each function is looked up by its versioned symbol name, the
+// one cuda.h's macros select (cuMemAlloc -> cuMemAlloc_v2, ...).
+#ifndef AOTPACK_SRC_CUDA_DRIVER_HPP_
+#define AOTPACK_SRC_CUDA_DRIVER_HPP_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "status.hpp"
+
+namespace aotpack {
+namespace cuda {
+
+// ---- driver types (cuda.h) ------------------------------------------------------------------------------
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
+constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+
+// CUdevice_attribute values.
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+// CUfunction_attribute values.
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
+
+// The driver functions aotpack calls, resolved once per process.
+struct Driver {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, CUstream, void**, void**);
+  int version = 0;  // cuDriverGetVersion(), e.g. 12080 for CUDA 12.8
+};
+
+// The process's driver, loaded and initialised (cuInit) on first use. UNSUPPORTED, saying why, when
+// libcuda.so.1 cannot be opened, lacks a function or has no device.
+Status driver(const Driver** out);
+
+// A failed driver call as a status: "<what>: CUDA_ERROR_X (description)". OK for CUDA_SUCCESS.
+Status check(const Driver& d, CUresult result, const char* what);
+
+}  // namespace cuda
+}  // namespace aotpack
+
+#define AOTPACK_CUDA_CHECK(d, call, what) AOTPACK_RETURN_IF_ERROR(::aotpack::cuda::check((d), (d).call, (what)))
+
+#endif  // AOTPACK_SRC_CUDA_DRIVER_HPP_

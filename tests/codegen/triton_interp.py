@@ -1,0 +1,129 @@
+"""Runs a program's Triton kernels in Python, one step after another, with torch tensors as buffers.
+
+With TRITON_INTERPRET=1 (set before the kernel module is loaded) Triton executes kernels on the CPU with
+numpy, so the Triton templates can be checked against eager PyTorch on a machine with no GPU; on a GPU
+machine the same harness launches the kernels through Triton's JIT. The C++ runtime is the product; this
+is a test oracle for the generated kernels only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import sympy
+import torch
+
+from aotpack.lowering.codegen_triton import TritonLibrary
+from aotpack.lowering.ir import Program
+from aotpack.lowering.symbolic import evaluate
+
+TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+               "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,
+               "int8": torch.int8, "uint8": torch.uint8, "bool": torch.int8}
+
+
+class _InterpretedLibdevice:
+    """libdevice for the interpreter, which patches only triton.language's own math functions."""
+
+    def __init__(self, tl) -> None:
+        self.tl = tl
+
+    def __getattr__(self, name: str):
+        tl = self.tl
+        direct = {"exp": tl.exp, "exp2": tl.exp2, "log": tl.log, "log2": tl.log2, "erf": tl.erf, "floor": tl.floor,
+                  "ceil": tl.ceil, "sin": tl.sin, "cos": tl.cos, "sqrt": tl.sqrt_rn}
+        if name in direct:
+            return direct[name]
+        derived = {
+            "tanh": lambda x: 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0,
+            "expm1": lambda x: tl.exp(x) - 1.0,
+            "log1p": lambda x: tl.log(1.0 + x),
+            "log10": lambda x: tl.log(x) * 0.4342944819032518,
+            "erfc": lambda x: 1.0 - tl.erf(x),
+            "trunc": lambda x: tl.where(x < 0, tl.ceil(x), tl.floor(x)),
+            "rint": lambda x: tl.floor(x + 0.5),
+            "fmax": lambda a, b: tl.maximum(a, b),
+            "fmin": lambda a, b: tl.minimum(a, b),
+            "pow": lambda a, b: tl.exp(b * tl.log(a)),
+            "fmod": lambda a, b: a - b * tl.where(a / b < 0, tl.ceil(a / b), tl.floor(a / b)),
+            "signbit": lambda x: (x < 0).to(tl.int32),
+        }
+        if name in derived:
+            return derived[name]
+        raise AttributeError(f"libdevice.{name} has no interpreter stand-in")
+
+
+def load_module(source: str, interpret: bool):
+    old = os.environ.get("TRITON_INTERPRET")
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton
+
+        if interpret and hasattr(triton, "knobs"):
+            triton.knobs.runtime.interpret = True
+        tmp = Path(tempfile.mkdtemp(prefix="aotpack-interp-"))
+        path = tmp / f"interp_{abs(hash(source))}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+        if interpret:
+            module.libdevice = _InterpretedLibdevice(module.tl)
+        return module
+    finally:
+        if interpret:
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+            if hasattr(triton, "knobs"):
+                triton.knobs.runtime.interpret = old == "1"
+
+
+def run_program(program: Program, library: TritonLibrary, inputs: list[torch.Tensor], device: str = "cpu",
+                interpret: bool = True) -> tuple[list[torch.Tensor], list[str]]:
+    """Outputs of the program on `inputs` and the messages of any failed checks."""
+    module = load_module(library.source, interpret)
+    values: dict[sympy.Symbol, int] = {}
+    buffers: dict[str, torch.Tensor] = {}
+    for name, tensor in zip(program.inputs, inputs):
+        buf = program.buffers[name]
+        for size, actual in zip(buf.shape, tensor.shape):
+            if sympy.sympify(size).is_Symbol:
+                values[size] = int(actual)
+        buffers[name] = (tensor.to(torch.int8) if tensor.dtype == torch.bool else tensor).contiguous().to(device)
+    for name, buf in program.buffers.items():
+        if buf.kind == "weight":
+            w = program.weights[buf.source]
+            buffers[name] = (w.to(torch.int8) if w.dtype == torch.bool else w).contiguous().to(device)
+        elif buf.kind in ("arena", "output"):
+            shape = [evaluate(s, values) for s in buf.shape]
+            fill = float("nan") if buf.dtype in ("float32", "float64", "float16", "bfloat16") else 77
+            buffers[name] = torch.full(shape, fill, dtype=TORCH_DTYPE[buf.dtype], device=device)
+    kernels = {k.name: k for k in library.kernels}
+    errors: list[str] = []
+    sym_values = [values.get(s.expr, 0) for s in program.symbols]
+    for kname, args, grid in zip(library.step_kernels, library.step_args, library.step_grids):
+        kernel = kernels[kname]
+        grid = tuple(evaluate(g, values) for g in grid)
+        if 0 in grid:
+            continue
+        call = [buffers[a] for a in args] + [sym_values[i] for i in kernel.symbols]
+        flag = None
+        if kernel.errors:
+            flag = torch.zeros(1, dtype=torch.int32, device=device)
+            call.append(flag)
+        getattr(module, kname)[grid](*call, **dict(kernel.constexprs), num_warps=kernel.num_warps)
+        if flag is not None and int(flag[0]):
+            errors.append(kernel.errors[int(flag[0]) - 1])
+    outs = []
+    for name in program.outputs:
+        t = buffers[name]
+        outs.append(t.bool() if program.buffers[name].dtype == "bool" else t)
+    return outs, errors

@@ -1,0 +1,107 @@
+"""Each kernel family on CUDA in float32, float16 and bfloat16, at the corners of a dynamic range."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gpu_helpers import HERE, compare, export_cuda
+from torch import nn
+
+from aotpack.exporter import ModelSpec
+from aotpack.verification import to_numpy
+
+
+class Pointwise(nn.Module):  # a fused chain with broadcasting and a strided (transposed) input
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 1))
+
+    def forward(self, x):
+        return torch.tanh(x.transpose(0, 1) * self.w + 1.0).sigmoid() * F.gelu(x.transpose(0, 1))
+
+
+class Reductions(nn.Module):
+    def forward(self, x):
+        return (x.sum(-1), x.mean(0), x.amax(-1), x.var(-1), torch.softmax(x, -1), torch.log_softmax(x, -1),
+                F.layer_norm(x, (16,)), x.argmax(-1))
+
+
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 48)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Bmm(nn.Module):
+    def forward(self, x):
+        return torch.bmm(x.view(1, -1, 16).expand(3, -1, -1), x.t().contiguous().view(1, 16, -1).expand(3, -1, -1))
+
+
+class Conv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x.t().reshape(1, 16, 1, -1))
+
+
+class Embedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+
+    def forward(self, ids):
+        return self.emb(ids) * 2.0
+
+
+FAMILIES = {"pointwise": Pointwise, "reduction": Reductions, "matmul": Linear, "bmm": Bmm, "conv": Conv,
+            "embedding": Embedding}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+LO, HI = 1, 300
+
+
+def _input(family: str, n: int, dtype: torch.dtype) -> torch.Tensor:
+    if family == "embedding":
+        return torch.randint(0, 50, (n,))
+    return torch.randn(n, 16).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_matches_eager_on_cuda(family, dtype, tmp_path, rt, cuda_arch):
+    torch.manual_seed(0)
+    module = FAMILIES[family]().to(DTYPES[dtype]).eval()
+    spec = ModelSpec(HERE, module, (_input(family, 5, DTYPES[dtype]),), ("x",), {"x": {0: "n"}}, {"n": (LO, HI)})
+    result = export_cuda(spec, tmp_path / f"{family}_{dtype}.aotpack", cuda_arch)
+    session = rt.Model(result.path).session(device="cuda")
+    for n in (LO, 2, 17, 128, HI):
+        torch.manual_seed(n)
+        x = _input(family, n, DTYPES[dtype])
+        with torch.no_grad():
+            expected = module(x)
+        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        outputs = session.run([to_numpy(x)])
+        compare(outputs, expected, result.manifest["signature"], f"{family} {dtype} n={n}")
+
+
+def test_bad_index_is_reported_not_read(tmp_path, rt, cuda_arch):
+    module = Embedding().eval()
+    spec = ModelSpec(HERE, module, (torch.randint(0, 50, (4,)),), ("x",), {"x": {0: "n"}}, {"n": (1, 8)})
+    result = export_cuda(spec, tmp_path / "emb.aotpack", cuda_arch)
+    session = rt.Model(result.path).session(device="cuda")
+    with pytest.raises(rt.AotpackError, match="outside"):
+        session.run([to_numpy(torch.tensor([1, 2, 99]))])
+    outputs = session.run([to_numpy(torch.tensor([1, 2, 3]))])  # the session stays usable
+    assert outputs[0].shape == (3, 16)
+
+
+def test_unknown_device_index_is_refused(tmp_path, rt, cuda_arch):
+    spec = ModelSpec(HERE, Linear().eval(), (torch.randn(4, 16),), ("x",), {"x": {0: "n"}}, {"n": (1, 8)})
+    result = export_cuda(spec, tmp_path / "lin.aotpack", cuda_arch)
+    with pytest.raises(rt.AotpackError, match="does not exist"):
+        rt.Model(result.path).session(device="cuda:64")
