@@ -13,7 +13,7 @@ setup: $(VENV)/.installed runtime
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,models]"
 	touch $@
 
 # The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.

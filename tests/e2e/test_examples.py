@@ -16,6 +16,14 @@ CASES = {
     "cnn": (),
     "transformer_block": (),
 }
+# Hugging Face architectures, run by test_hf_models.py at points of their own (padding masks, batch and length
+# corners up to seq 2048), each exported once there.
+HF_EXAMPLES = ("bert", "gpt2", "llama", "vit")
+
+
+def test_every_example_is_run_by_the_tests():
+    folders = {p.parent.name for p in EXAMPLES.glob("*/model.py")}
+    assert folders == set(CASES) | set(HF_EXAMPLES), "add the new example to CASES (or to test_hf_models.py)"
 
 
 @pytest.mark.parametrize("example", sorted(CASES))

@@ -1,0 +1,112 @@
+"""Hugging Face architectures (examples/gpt2, bert, llama, vit) built from small configs with random weights.
+
+Each example is exported once, then run through the C++ runtime at the range minimum, a small odd length,
+a middle length and the maximum, and compared with eager PyTorch on the very instance that was exported.
+No downloads: configs only, with the hub offline.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # configs only: a test must never reach the network
+pytest.importorskip("transformers")
+
+from aotpack.exporter import load_model_file
+from aotpack.verification import mismatch_report, relative_error, to_numpy
+from exported import export
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TOLERANCE = 1e-4  # fp32 relative norm error against eager
+VOCAB = 1000  # the small configs' vocabulary
+
+# (batch, seq) for the text models, (batch,) for ViT; the last point of each is the declared maximum.
+POINTS = {
+    "gpt2": [(1, 1), (2, 7), (1, 333), (2, 2048)],
+    "bert": [(1, 1), (2, 7), (2, 333), (2, 2048)],
+    "llama": [(1, 1), (2, 7), (1, 333), (2, 2048)],
+    "vit": [(1,), (5,), (16,)],
+}
+HF_EXAMPLES = tuple(sorted(POINTS))
+
+
+def padded_batch(batch: int, seq: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """BERT's inputs: random tokens; sequence b keeps seq - (b + 1) * seq // (2 * batch) tokens (at least one),
+    then padding, so every batch longer than one token has zeros in its attention mask."""
+    input_ids = torch.randint(0, VOCAB, (batch, seq), generator=gen)
+    lengths = torch.tensor([max(1, seq - (b + 1) * seq // (2 * batch)) for b in range(batch)])
+    positions = torch.arange(seq)[None, :]
+    attention_mask = (positions < lengths[:, None]).long()
+    token_type_ids = (positions >= lengths[:, None] // 2).long() * attention_mask
+    return [input_ids, attention_mask, token_type_ids]
+
+
+def inputs_for(name: str, point: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if name == "vit":
+        return [torch.randn(point[0], 3, 32, 32, generator=gen)]
+    if name == "bert":
+        return padded_batch(*point, gen)
+    return [torch.randint(0, VOCAB, point, generator=gen)]
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory, runtime_build, rt):
+    """name -> (Exported, session): each example exported once for the whole module."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            start = time.perf_counter()
+            exported = export(EXAMPLES / name / "model.py", tmp_path_factory.mktemp(name))
+            seconds = time.perf_counter() - start
+            size = exported.result.path.stat().st_size
+            print(f"\n{name}: exported in {seconds:.1f} s, {size / 1e6:.2f} MB")
+            cache[name] = (exported, rt.Model(exported.result.path).session(num_threads=2))
+        return cache[name]
+
+    return get
+
+
+def _cases() -> list:
+    """Every (example, point); the full-length ones (a few seconds each at seq 2048) are marked slow."""
+    return [pytest.param(name, point, id=f"{name}-{'x'.join(map(str, point))}",
+                         marks=[pytest.mark.slow] if point[-1] >= 2048 else [])
+            for name in HF_EXAMPLES for point in POINTS[name]]
+
+
+@pytest.mark.parametrize("name, point", _cases())
+def test_hf_model_matches_eager(name, point, packages, record_property):
+    exported, session = packages(name)
+    assert exported.result.manifest["verification"]["passed"]
+    inputs = inputs_for(name, point)
+    start = time.perf_counter()
+    outputs = session.run([to_numpy(x) for x in inputs])
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        expected = pytree.tree_leaves(exported.model(*inputs))
+    assert len(outputs) == len(expected)
+    errors = []
+    for info, out, ref in zip(exported.signature["outputs"], outputs, expected):
+        ref_np = ref.numpy()
+        err = relative_error(out, ref_np)
+        assert out.shape == ref_np.shape and err <= TOLERANCE, mismatch_report(info["name"], out, ref_np)
+        errors.append(err)
+    record_property("rel_error", max(errors))
+    record_property("runtime_s", seconds)
+    print(f"{name} at {point}: rel err {max(errors):.1e}, runtime {seconds * 1e3:.1f} ms")
+
+
+@pytest.mark.parametrize("name", HF_EXAMPLES)
+def test_hf_model_file_gives_the_same_weights_each_load(name):
+    first, second = (load_model_file(EXAMPLES / name / "model.py") for _ in range(2))
+    a, b = first.model.state_dict(), second.model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(x, y) for x, y in zip(first.example_inputs, second.example_inputs))
