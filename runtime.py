@@ -319,7 +319,7 @@ class Session:
         return [inputs[n] for n in names]
 
     def _tensor(self, index: int, value: Any, keep: list) -> _Tensor:
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value, order="C")  # not ascontiguousarray, which turns a 0-d array into 1-d
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
         expected = self._model.inputs[index].dtype if index < len(self._model.inputs) else None
