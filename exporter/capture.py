@@ -17,7 +17,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from ..errors import CaptureError
 from .diagnose import CaptureContext, explain
 from .dynamic import SymbolSpec, capture_examples
-from .frames import UserFiles, one_line
+from .frames import UserFiles, one_line, short_path
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
@@ -33,7 +33,7 @@ class CapturedProgram:
     symbols: tuple[SymbolSpec, ...]
     symbol_of: Mapping[str, str]  # torch's symbol in placeholder shapes ("s27") -> user symbol ("seq")
     input_names: tuple[str, ...]  # forward-argument names of the user inputs, in order
-    output_names: tuple[str, ...]  # "output", or "output_0", "output_1", ... over the flattened outputs
+    output_names: tuple[str, ...]  # "output"; a flat dict's keys; else "output_0", "output_1", ... (flattened)
     model_file: Path
     example_inputs: tuple[torch.Tensor, ...]  # as model.py gave them (not enlarged for capture)
     notes: tuple[str, ...]  # what the user should know about how the model was captured
@@ -61,6 +61,7 @@ def capture(
     except Exception as e:
         raise CaptureError(
             f"decomposing the captured graph to core ATen failed: {type(e).__name__}: {one_line(str(e))}"
+            + _original_line(str(e))
         ) from e
 
     _reject_mutations(program, files)
@@ -100,6 +101,16 @@ def decomposition_table(extra: Mapping[Any, Callable[..., Any]] | None) -> Any:
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _original_line(message: str) -> str:
+    """`\n  at FILE:LINE (code)`: the model line of the node that failed, from torch's "Original traceback"."""
+    tail = message.partition("Original traceback:")[2]
+    frames = list(re.finditer(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in \w+\n\s*(?P<code>.*)', tail))
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"\n  at {short_path(last['file'])}:{last['line']} ({last['code'].strip()})"
 
 
 def _node_line(program: ExportedProgram, name: str, files: UserFiles) -> str:
@@ -142,7 +153,19 @@ def _output_names(program: ExportedProgram) -> tuple[str, ...]:
             )
     if spec is None or spec.is_leaf():
         return ("output",)
-    return tuple(f"output_{i}" for i in range(len(user)))
+    return _mapping_keys(spec, len(user)) or tuple(f"output_{i}" for i in range(len(user)))
+
+
+def _mapping_keys(spec: Any, count: int) -> tuple[str, ...] | None:
+    """The keys, when forward() returns a flat dict of tensors (Hugging Face's ModelOutput: `logits`)."""
+    try:
+        paths = [path for path, _ in pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(count)), spec))[0]]
+    except Exception:  # noqa: BLE001 - pytree API differences across torch versions: fall back to output_i
+        return None
+    keys = [path[0].key if len(path) == 1 and isinstance(path[0], pytree.MappingKey) else None for path in paths]
+    if all(isinstance(k, str) and k.isidentifier() for k in keys) and len(set(keys)) == len(keys):
+        return tuple(keys)
+    return None
 
 
 def _output_path(spec: Any, count: int, index: int) -> str:

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import CaptureError
 from .dynamic import SymbolSpec
-from .frames import UserFiles, UserFrame, innermost_user_frame, one_line
+from .frames import UserFiles, UserFrame, innermost_user_frame, library_location, one_line
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
@@ -221,8 +221,11 @@ def _explain_other(exc: BaseException, ctx: CaptureContext) -> CaptureError:
     if eager is not None:
         frame = innermost_user_frame(eager, ctx.files) or innermost_user_frame(exc, ctx.files)
         where = f"{frame.describe()}: " if frame else ""
+        # Raised inside a library (a Hugging Face model): say where, or the message names no line at all.
+        inside = None if frame else library_location(eager)
         return CaptureError(
             f"{where}forward() raised {type(eager).__name__} on the example inputs: {one_line(str(eager))}"
+            + (f"\n  raised at {inside}" if inside else "")
         )
     frame = innermost_user_frame(exc, ctx.files)
     where = f" {frame.describe()}" if frame else " the model"

@@ -12,6 +12,7 @@ from types import TracebackType
 import torch
 
 _TORCH_DIR = Path(torch.__file__).resolve().parent
+_AOTPACK_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,33 @@ def innermost_user_frame(exc: BaseException, files: UserFiles) -> UserFrame | No
             return found
         current = current.__cause__ or current.__context__
     return None
+
+
+def library_location(exc: BaseException) -> str | None:
+    """`transformers/models/gpt2/modeling_gpt2.py:685 (code)`: the deepest frame outside torch and aotpack, for
+    an error raised inside a library the model is built with (no frame of the user's own files to show)."""
+    found = None
+    for summary in traceback.extract_tb(exc.__traceback__):
+        path = Path(summary.filename)
+        if summary.lineno is None or summary.filename.startswith("<"):
+            continue
+        ours = path.is_relative_to(_AOTPACK_DIR) and "site-packages" not in path.parts  # (a venv may sit inside)
+        if path.is_relative_to(_TORCH_DIR) or ours:
+            continue
+        found = summary
+    if found is None:
+        return None
+    code = (found.line or "").strip()
+    shown = short_path(found.filename)
+    return f"{shown}:{found.lineno} ({code})" if code else f"{shown}:{found.lineno}"
+
+
+def short_path(filename: str) -> str:
+    """An installed library's file from its package down (`transformers/pytorch_utils.py`), else display_path."""
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("site-packages") + 1:])
+    return display_path(filename)
 
 
 def _innermost(tb: TracebackType | None, files: UserFiles) -> UserFrame | None:

@@ -107,6 +107,11 @@ def test_nested_outputs_flattened():
     assert captured.output_names == ("output_0", "output_1", "output_2")
 
 
+def test_flat_dict_outputs_named_by_their_keys():
+    captured = export("dict_out.py")
+    assert captured.output_names == ("logits", "hidden_states")
+
+
 def test_capture_directly_with_extra_decompositions():
     from torch._decomp import get_decompositions
 
@@ -180,6 +185,25 @@ def test_user_exception_in_forward():
     message = capture_error("user_raise.py")
     assert f"user_raise.py:{line_of('user_raise.py', '# RAISE')}" in message
     assert "RuntimeError" in message and "shape '[-1, 7]' is invalid for input of size 30" in message
+
+
+def test_error_inside_an_installed_library_names_the_library_line(tmp_path):
+    library = tmp_path / "site-packages" / "fancylib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(
+        "import torch\n\n\nclass Fancy(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x.last_hidden_state\n"
+    )
+    model_file = tmp_path / "model.py"
+    model_file.write_text(
+        "import sys\nimport torch\nsys.path.insert(0, %r)\nfrom fancylib import Fancy\n\nmodel = Fancy()\n"
+        "example_inputs = (torch.randn(2, 3),)\n" % str(tmp_path / "site-packages")
+    )
+    with pytest.raises(CaptureError) as info:
+        capture(load_model_file(model_file))
+    message = str(info.value)
+    assert "forward() raised AttributeError" in message
+    assert "raised at fancylib/__init__.py:6 (return x.last_hidden_state)" in message
 
 
 def test_unsupported_python_shows_reason_and_line():
