@@ -314,7 +314,7 @@ class KernelRenderer:
 
     # Cache blocking of the float matmul (templates/cpp/matmul.cpp.jinja): a task's tile is MC rows (a
     # multiple of the micro-kernel's 6) by NC columns (a multiple of 16), packed KC steps of k at a time.
-    MATMUL_BLOCKS = {"mc": 96, "nc": 512, "kc": 256}
+    MATMUL_BLOCKS = {"mc": 192, "nc": 256, "kc": 256}
 
     def scratch_bytes(self, kernel: Kernel) -> int:
         """Per-thread scratch the kernel takes from the runtime (kernel ABI thread_scratch)."""
@@ -338,7 +338,8 @@ class KernelRenderer:
             widen = {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(b_dtype, "static_cast<float>")
             data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
-                        load_b_at=widen, b_n_contiguous=k.b.strides[2] == 1,
+                        load_b_at=widen, b_n_contiguous=k.b.strides[2] == 1, b_packed=k.b_packed,
+                        a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
                         store=store_to_storage("tile[i * NC + j]", k.dtype))
             return data
         acc = "double" if k.dtype == "float64" else "int64_t"

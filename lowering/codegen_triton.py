@@ -473,7 +473,10 @@ class TritonRenderer:
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
         return {
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
-            "k": writer.index(k.k), "a": self._view(k.a, writer), "b": self._view(k.b, writer),
+            "k": writer.index(k.k), "a": self._view(k.a, writer),
+            # a packed b (lowering/prepack.py) advances 16 elements per k; its panel offset is in the template
+            "b": {"offset": "0", "strides": ["0", "16", "0"]} if k.b_packed else self._view(k.b, writer),
+            "b_packed": k.b_packed,
             "a_name": arg_names[k.a.buffer], "b_name": arg_names[k.b.buffer],
             "operand_type": compute or TL_TYPE[k.dtype],
             "precision": "ieee" if compute else "tf32",

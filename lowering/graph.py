@@ -19,6 +19,7 @@ from ..errors import UnsupportedError
 from . import scalar
 from .diagnostics import source_line, unsupported_ops_error
 from .ir import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
+from .prepack import unpack_shared
 from .registry import lowering_for
 from .symbolic import as_expr, index_var, size_symbol
 from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
@@ -198,6 +199,7 @@ class GraphLowering:
             elif node.op == "output":
                 self._outputs(node)
         self.current = None
+        self.steps = unpack_shared(self.steps, {name for step in self.steps for name in step.reads()})
         self._drop_unused_weights()
         return Program(
             symbols=self.symbols,

@@ -71,7 +71,11 @@ class ReductionKernel:
 
 @dataclass(frozen=True)
 class MatmulKernel:
-    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views, `out` is contiguous."""
+    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views, `out` is contiguous.
+
+    With `b_packed`, b is a constant that export already laid out the way the kernel consumes it
+    (16-column panels, see lowering/prepack.py); `b_source` keeps the plain view it was made from.
+    """
 
     output: str
     a: StridedView
@@ -81,6 +85,8 @@ class MatmulKernel:
     n: sympy.Expr
     k: sympy.Expr
     dtype: str
+    b_packed: bool = False
+    b_source: StridedView | None = None
 
     family = "matmul"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import sympy
@@ -11,6 +12,7 @@ from ..errors import UnsupportedError
 from . import values as V
 from .graph import GraphLowering
 from .ir import ConvKernel, MatmulKernel, StridedView
+from .prepack import PANEL, can_prepack, pack_panels
 from .registry import OptionalOps, lowers
 from .values import TensorValue
 
@@ -36,6 +38,13 @@ def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorVal
         output=out, a=_batched_view(ctx, a), b=_batched_view(ctx, b), batch=batch,
         m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], dtype=out_dtype,
     )
+    b_buffer = ctx.buffers[kernel.b.buffer]
+    if can_prepack(kernel, b_buffer.dtype, b_buffer.kind):
+        k, n = int(kernel.k), int(kernel.n)
+        packed = pack_panels(ctx.weights[b_buffer.source], kernel.b, k, n)
+        name = ctx.weight(packed, f"{b_buffer.source}.panels{PANEL}")
+        kernel = dataclasses.replace(kernel, b=StridedView(name, sympy.Integer(0), (sympy.Integer(0),) * 3),
+                                     b_packed=True, b_source=kernel.b)
     ctx.add_step(kernel)
     return V.from_buffer(out, out_dtype, shape)
 
