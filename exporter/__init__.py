@@ -16,6 +16,7 @@ from typing import Any
 
 from .capture import CapturedProgram, capture, decomposition_table
 from .dynamic import DynamicPlan, SymbolSpec, capture_examples, parse_dynamic_specs, resolve_symbols
+from .dtype import parse_dtype, with_dtype
 from .model_file import ModelSpec, load_model_file
 
 __all__ = [
@@ -28,8 +29,10 @@ __all__ = [
     "decomposition_table",
     "export_model",
     "load_model_file",
+    "parse_dtype",
     "parse_dynamic_specs",
     "resolve_symbols",
+    "with_dtype",
 ]
 
 
@@ -37,9 +40,12 @@ def export_model(
     model_file: str | Path,
     dynamic: Iterable[str] = (),
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    dtype: str | None = None,
 ) -> CapturedProgram:
-    """Load model.py, apply `--dynamic NAME=MIN..MAX` specs over its defaults, and capture it."""
+    """Load model.py, apply `--dynamic NAME=MIN..MAX` specs over its defaults (and `--dtype`), capture it."""
     spec = load_model_file(model_file)
+    if dtype is not None:
+        spec = with_dtype(spec, parse_dtype(dtype))
     plan = resolve_symbols(spec, parse_dynamic_specs(dynamic))
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions)
     if plan.notes:
