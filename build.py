@@ -50,9 +50,9 @@ def _signature(captured: CapturedProgram, lowered: Lowered) -> dict[str, Any]:
     }
 
 
-def capture_model_file(model_file: str | Path, dynamic: Iterable[str] = ()) -> CapturedProgram:
-    """model.py and `--dynamic` specs -> the captured program, decomposed for the lowering."""
-    return export_model(model_file, dynamic, decompositions())
+def capture_model_file(model_file: str | Path, dynamic: Iterable[str] = (), dtype: str | None = None) -> CapturedProgram:
+    """model.py, `--dynamic` specs and `--dtype` -> the captured program, decomposed for the lowering."""
+    return export_model(model_file, dynamic, decompositions(), dtype)
 
 
 def build_package(

@@ -52,13 +52,14 @@ def _progress(message: str) -> None:
 @click.option("--version", "version", default="0.1.0", show_default=True, help="Package version.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
               help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, serialize).")
+@click.option("--dtype", "dtype", metavar="DTYPE", help="Cast floating weights and inputs first: fp32, bf16 or fp16.")
 @click.option("--no-verify", is_flag=True, help="Skip running the package against eager PyTorch at export.")
 @click.option("--target", "target", default="cpu", show_default=True, metavar="cpu|cuda|cpu,cuda",
               help="What the package runs on; CUDA kernels are Triton, cross-compiled to cubins (no GPU needed).")
 @click.option("--cuda-arch", "cuda_arch", metavar="CC[,CC...]",
               help="CUDA compute capabilities to build cubins for, e.g. 80,90 (default: the local GPU's, else 90).")
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
-           dump: tuple[str, ...], no_verify: bool, target: str, cuda_arch: str | None) -> None:
+           dump: tuple[str, ...], dtype: str | None, no_verify: bool, target: str, cuda_arch: str | None) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
     from .build import build_package, capture_model_file, default_name
     from . import knobs
@@ -76,7 +77,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     start = time.perf_counter()
     click.echo(f"exporting {model_file} -> {output}", err=True)
     _progress("capturing with torch.export (eval mode, under torch.no_grad())")
-    captured = capture_model_file(model_file, dynamic)
+    captured = capture_model_file(model_file, dynamic, dtype)
     for note in captured.notes:
         _progress(f"note: {note}")
     result = build_package(
