@@ -75,7 +75,7 @@ _UNARY_FLOAT = {
     "log10": "std::log10", "log1p": "std::log1p", "sqrt": "std::sqrt", "sin": "std::sin", "cos": "std::cos",
     "tan": "std::tan", "asin": "std::asin", "acos": "std::acos", "atan": "std::atan", "sinh": "std::sinh",
     "cosh": "std::cosh", "tanh": "std::tanh", "asinh": "std::asinh", "acosh": "std::acosh", "atanh": "std::atanh",
-    "erf": "std::erf", "erfc": "std::erfc", "floor": "std::floor", "ceil": "std::ceil", "round": "std::nearbyint",
+    "erf": "std::erf", "erfc": "std::erfc", "lgamma": "std::lgamma", "floor": "std::floor", "ceil": "std::ceil", "round": "std::nearbyint",
     "trunc": "std::trunc", "abs": "std::abs", "isnan": "std::isnan", "isinf": "std::isinf",
     "isfinite": "std::isfinite", "signbit": "std::signbit",
 }

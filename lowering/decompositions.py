@@ -22,6 +22,9 @@ _DECOMPOSED = [
     "nll_loss_forward", "smooth_l1_loss", "mse_loss", "xlogy", "index_add", "masked_fill", "frac", "heaviside",
     "logical_xor", "deg2rad", "rad2deg", "sinc", "softshrink", "hardshrink", "roll", "repeat", "narrow",
     "diag_embed", "tril", "triu", "_unsafe_index", "im2col", "upsample_nearest2d", "upsample_bilinear2d",
+    # op_db coverage (bench/coverage.py): views through as_strided, scatters into slices, small compositions
+    "diagonal", "diagonal_copy", "diagonal_scatter", "slice_scatter", "select_scatter", "narrow_copy", "unfold",
+    "addmv", "dist", "round", "ldexp", "trace",
 ]
 
 

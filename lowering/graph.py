@@ -153,7 +153,7 @@ class GraphLowering:
     ) -> TensorValue:
         """Folds `op` over `dims` (all when None or empty) into a new buffer, the value fused as prologue."""
         rank = value.rank
-        dims = sorted({d % rank for d in dims}) if dims else list(range(rank))
+        dims = sorted({d % max(rank, 1) for d in dims}) if dims else list(range(rank))  # 0-d: dim 0 and -1
         if rank == 0:
             dims = []
         kept = [d for d in range(rank) if d not in dims]

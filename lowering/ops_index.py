@@ -15,13 +15,15 @@ from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
-from .values import TensorValue, broadcast_to
+from .values import TensorValue, broadcast_to, unsqueeze
 
 aten = OptionalOps(torch.ops.aten)
 
 
 def _indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what: str, wrap: bool) -> Node:
     """x[idx] with idx[dim] taken from data: checked, clamped, and reported if out of range."""
+    if x.rank == 0:  # a 0-d tensor indexes like one of shape [1]
+        x, idx, dim = unsqueeze(x, 0), [sympy.Integer(0)], 0
     var = sympy.Symbol(f"x{dim}", integer=True)
     idx = list(idx)
     idx[dim] = var
@@ -57,7 +59,7 @@ def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: 
     what = f"index_select at {ctx.where()}: an index is outside the dimension"
 
     def load(idx: tuple) -> Node:
-        pos = index.loader((idx[dim],) if index.rank else ())
+        pos = index.loader((idx[dim],) if index.rank and x.rank else ())
         return _indirect_load(x, list(idx), dim, pos, what, False)
 
     return TensorValue(x.dtype, ctx.shape_of(node), load)
@@ -124,7 +126,7 @@ def _cat(ctx: GraphLowering, node: torch.fx.Node, tensors: list[TensorValue], di
     out_dtype = ctx.dtype_of(node)
     dim %= len(out_shape)
     # Legacy cat skips 1-d empty tensors.
-    parts = [t for t in tensors if not (t.rank == 1 and t.shape[0] == 0)]
+    parts = [t for t in tensors if not (t.rank == 1 and t.shape[0] == 0)] or tensors[:1]
     starts = []
     start: sympy.Expr = sympy.Integer(0)
     for t in parts:

@@ -96,10 +96,11 @@ _UNARY = {
     "acos": [aten.acos, prims.acos], "atan": [aten.atan, prims.atan], "sinh": [aten.sinh, prims.sinh],
     "cosh": [aten.cosh, prims.cosh], "tanh": [aten.tanh, prims.tanh], "asinh": [aten.asinh, prims.asinh],
     "acosh": [aten.acosh, prims.acosh], "atanh": [aten.atanh, prims.atanh], "erf": [aten.erf, prims.erf],
-    "erfc": [aten.erfc, prims.erfc], "sigmoid": [aten.sigmoid], "reciprocal": [aten.reciprocal, prims.reciprocal],
+    "erfc": [aten.erfc, prims.erfc], "lgamma": [aten.lgamma, prims.lgamma], "sigmoid": [aten.sigmoid],
+    "reciprocal": [aten.reciprocal, prims.reciprocal],
     "floor": [aten.floor, prims.floor], "ceil": [aten.ceil, prims.ceil], "round": [aten.round.default, prims.round],
     "trunc": [aten.trunc, prims.trunc], "sign": [aten.sign, prims.sign, aten.sgn], "relu": [aten.relu],
-    "bitwise_not": [aten.bitwise_not, prims.bitwise_not], "signbit": [aten.signbit, prims.signbit],
+    "bitwise_not": [aten.bitwise_not, prims.bitwise_not],
 }
 _BINARY = {
     "mul": [aten.mul, prims.mul], "maximum": [aten.maximum, prims.maximum], "minimum": [aten.minimum, prims.minimum],
@@ -202,6 +203,12 @@ _register_logical("logical_xor", aten.logical_xor, 2)
 _register_logical("logical_not", aten.logical_not, 1)
 
 
+@lowers(aten.signbit, prims.signbit)
+def _signbit(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue) -> TensorValue:
+    # Computed in the input's dtype: casting to the bool result first would lose the sign.
+    return elementwise(ctx, node, [a], lambda x: Op("signbit", (x,), "bool"), a.dtype)
+
+
 @lowers(aten.isnan, prims.isnan, aten.isinf, prims.isinf, aten.isfinite, aten.isposinf, aten.isneginf)
 def _float_class(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue) -> TensorValue:
     name = getattr(node.target, "overloadpacket", node.target).__name__.split(".")[-1]
@@ -264,7 +271,7 @@ def _clamp(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, *bounds: Any
 
 
 @lowers(aten._to_copy, prims.convert_element_type, aten.clone, aten.alias, aten.lift_fresh_copy,
-        aten.detach, aten.contiguous, aten._conj, aten.resolve_conj, aten.resolve_neg, aten.positive)
+        aten.detach, aten.contiguous, prims.view_of, aten._conj, aten.resolve_conj, aten.resolve_neg, aten.positive)
 def _copy_or_cast(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, *args: Any, **kwargs: Any) -> TensorValue:
     """Values are immutable here, so copies are free; a dtype change is a cast."""
     out = ctx.dtype_of(node)

@@ -124,6 +124,8 @@ def _cumulative(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: in
     op = "sum" if node.target is aten.cumsum.default else "prod"
     identity = 0 if op == "sum" else 1
     xf = _cast_input(x, out)
+    if x.rank == 0:  # a scalar is its own running sum or product
+        return xf
     full = list(x.shape) + [x.shape[dim]]  # last axis: the position k being folded in
 
     def masked(idx: tuple) -> Any:

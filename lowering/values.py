@@ -15,7 +15,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from .ir import StridedView
-from .scalar import Load, Node
+from .scalar import Const, Load, Node, cast
 from .symbolic import Expr, contiguous_strides
 
 Index = tuple[Expr, ...]
@@ -158,6 +158,8 @@ def reshape(value: TensorValue, shape: Sequence[Expr]) -> TensorValue:
     if is_contiguous(value):
         view = StridedView(value.view.buffer, value.view.offset, contiguous_strides(shape))
         return from_view(view, value.dtype, shape)
+    if any(s == 0 for s in (*shape, *value.shape)):  # no elements, nothing is ever read (and strides are 0)
+        return TensorValue(value.dtype, shape, lambda idx: cast(Const(0, "int64"), value.dtype))
     new_strides = contiguous_strides(shape)
     old_strides = contiguous_strides(value.shape)
 
