@@ -6,14 +6,14 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO := build/demo
 
-.PHONY: setup runtime demo test coverage clean
+.PHONY: setup runtime demo test coverage clean gpu-check
 
 setup: $(VENV)/.installed runtime
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,models]"
+	$(BIN)/pip install --quiet -e ".[test,cuda,models]"
 	touch $@
 
 # The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.
@@ -35,6 +35,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# On a machine with an NVIDIA GPU: build the runtime, run tests/gpu and a short benchmark, print a summary.
+gpu-check:
+	scripts/gpu_check.sh
 
 clean:
 	rm -rf build

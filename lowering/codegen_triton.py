@@ -162,10 +162,11 @@ class TritonBodyWriter:
     """
 
     def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str], mask: str,
-                 prefix: str = "t") -> None:
+                 prefix: str = "t", zero: str = "xzero") -> None:
         self.arg_names = arg_names
         self.symbol_names = symbol_names
         self.mask = mask
+        self.zero = zero
         self.prefix = prefix
         self.lines: list[str] = []
         self.checks: list[Check] = []
@@ -204,7 +205,9 @@ class TritonBodyWriter:
             bad = self._tmp(f"({pos} < 0) | ({pos} >= {size})")
             self.checks.append(Check(bad, ind.what))
             extra[ind.var] = self._tmp(f"tl.where({bad}, 0, {pos})")
-        ptr = f"{self.arg_names[node.buffer]} + {self.index(node.index, extra)}"
+        # `zero` (a block of zeros of the mask's shape) makes every pointer a block of that shape, whatever
+        # loop indices the position uses: tl.load refuses a block mask on a scalar or narrower pointer.
+        ptr = f"{self.arg_names[node.buffer]} + {self.index(node.index, extra)} + {self.zero}"
         loaded = f"tl.load({ptr}, mask={self.mask}, other=0)"
         if node.dtype == "bool":
             return self._tmp(f"{loaded} != 0")
@@ -431,7 +434,7 @@ class TritonRenderer:
 
     def _reduction(self, k: ReductionKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
-        writer = TritonBodyWriter(arg_names, sym_names, "rmask_all")
+        writer = TritonBodyWriter(arg_names, sym_names, "rmask_all", zero="rzero")
         value = writer.value(k.value)
         xnumel, rnumel = product(k.shape), product(k.reduced)
         rblock = min(2048, max(16, next_pow2(self._max(rnumel))))
@@ -478,6 +481,9 @@ class TritonRenderer:
             "b": {"offset": "0", "strides": ["0", "16", "0"]} if k.b_packed else self._view(k.b, writer),
             "b_packed": k.b_packed,
             "a_name": arg_names[k.a.buffer], "b_name": arg_names[k.b.buffer],
+            # A constant b the lowering laid out in [ceil(N/16), K, 16] panels (lowering/prepack.py): element
+            # (k, n) sits at (n // 16) * 16K + 16k + n % 16.
+            "b_panel_k": int(k.k) if getattr(k, "b_packed", False) else None,
             "operand_type": compute or TL_TYPE[k.dtype],
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",

@@ -29,14 +29,14 @@ BUILD_RC=$?
 export AOTPACK_RUNTIME_LIB="$REPO/build/runtime/libaotpack.so"
 
 echo "== GPU tests"
-timeout 420 $PY -m pytest -q -p no:logging -p no:cacheprovider -n "${GPU_CHECK_JOBS:-8}" tests/gpu \
+timeout "${GPU_TEST_TIMEOUT:-420}" $PY -m pytest -q -p no:logging -p no:cacheprovider -n "${GPU_CHECK_JOBS:-8}" tests/gpu \
   --junitxml="$WORK/gpu_tests.xml" > "$WORK/gpu_tests.log" 2>&1
 TEST_RC=$?
 grep -E "^(FAILED|ERROR)" "$WORK/gpu_tests.log" | head -40
 tail -3 "$WORK/gpu_tests.log"
 
 echo "== benchmark and cross-compiled packages"
-timeout 240 $PY scripts/gpu_bench.py "$WORK/bench" > "$WORK/bench.log" 2>&1
+timeout "${GPU_BENCH_TIMEOUT:-240}" $PY scripts/gpu_bench.py "$WORK/bench" > "$WORK/bench.log" 2>&1
 BENCH_RC=$?
 grep -v "^{" "$WORK/bench.log" | tail -15
 
@@ -61,6 +61,9 @@ try:
               f"{'ok' if r.get('ok') else 'FAILED'} {r.get('rel_err_cuda_vs_cpu', r.get('error', ''))}")
     print(f"{'example':<18} {'shapes':<18} {'aotpack ms':>10} {'eager ms':>9} {'eager+io':>9} {'compile ms':>10} {'rel err':>8}")
     for r in b["bench"]:
+        if "error" in r:
+            print(f"{r['example']:<18} FAILED: {r['error']}")
+            continue
         print(f"{r['example']:<18} {str(r['shapes']):<18} {r['aotpack_ms']:>10} {r['eager_ms']:>9} "
               f"{r['eager_host_io_ms']:>9} {str(r['torch_compile_ms']):>10} {r['rel_err_vs_eager_gpu']:>8}")
 except Exception as ex:

@@ -117,16 +117,26 @@ typedef enum aotpack_device_type_t {
   AOTPACK_DEVICE_CUDA = 1,
 } aotpack_device_type_t;
 
+/* AOTPACK_DEVICE_CUDA: the package must have been exported with CUDA kernels (--target cuda or cpu,cuda) for
+ * the device's compute capability; the NVIDIA driver (libcuda.so.1) is opened at run time, so this library
+ * needs no CUDA to be built or loaded. The first CUDA session of a model on a device loads the model's
+ * cubins and uploads its weights there (once per model and device); each session then owns a CUDA stream
+ * and device memory for the declared maxima (arena, inputs, outputs), allocated at creation. Inputs and
+ * outputs are still host tensors: aotpack_session_run copies the inputs to the device asynchronously on the
+ * session's stream, runs every kernel there, copies the outputs back into host memory the session owns and
+ * waits for the stream before returning, so aotpack_session_output reads host memory on every device. */
 typedef struct aotpack_session_options_t {
   uint32_t struct_size;              /* sizeof(aotpack_session_options_t); set by _init */
   aotpack_device_type_t device_type; /* default AOTPACK_DEVICE_CPU */
-  int32_t device_index;              /* default 0 */
+  int32_t device_index;              /* default 0; the CUDA device ordinal for AOTPACK_DEVICE_CUDA */
   int32_t num_threads;               /* CPU threads kernels may use; default 1 */
 } aotpack_session_options_t;
 
 AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options);
 
 /* Allocates the session's arena and output memory for the declared maxima, so a run allocates nothing.
+ * On CUDA, UNSUPPORTED when the driver or device is missing, the package has no cubins for the device's
+ * compute capability (the message names both) or the driver is older than the cubins need.
  * `model` is borrowed and must outlive the session. On success *out is a new session, destroy it with
  * aotpack_session_destroy. */
 AOTPACK_API aotpack_status_t aotpack_session_create(const aotpack_model_t* model,

@@ -46,9 +46,12 @@ Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
   AOTPACK_RETURN_IF_ERROR(check_signature());
   bool has_cuda = false;
   CudaPlan cuda_plan;
-  AOTPACK_RETURN_IF_ERROR(parse_cuda_plan(package_.manifest(), program_doc, program_, &has_cuda, &cuda_plan));
-  if (has_cuda) cuda_.reset(new CudaModel(&package_, &program_, &weight_data_, std::move(cuda_plan)));
+  // A CUDA part this runtime cannot read leaves the CPU part usable; a CUDA session then says why.
+  Status cuda = parse_cuda_plan(package_.manifest(), program_doc, program_, &has_cuda, &cuda_plan);
+  if (!cuda.ok()) cuda_unavailable_ = cuda.message();
+  if (cuda.ok() && has_cuda) cuda_.reset(new CudaModel(&package_, &program_, &weight_data_, std::move(cuda_plan)));
   Status cpu = load_kernels();
+  if (!cpu.ok() && !cuda.ok()) return cuda;
   if (!cpu.ok() && !(has_cuda && cpu.code() == AOTPACK_UNSUPPORTED)) return cpu;
   if (!cpu.ok()) cpu_unavailable_ = cpu.message();  // a CUDA package may still run on a CUDA device
 

@@ -32,6 +32,7 @@ struct aotpack_model {
   bool has_cpu_kernels() const { return kernels_ != nullptr; }
   const std::string& cpu_unavailable() const { return cpu_unavailable_; }  // why not, for messages
   const aotpack::CudaModel* cuda() const { return cuda_.get(); }
+  const std::string& cuda_unavailable() const { return cuda_unavailable_; }  // a bad CUDA part: why
   int64_t kernel_scratch_bytes() const { return kernels_ ? kernels_->scratch_bytes() : 0; }
 
  private:
@@ -49,7 +50,7 @@ struct aotpack_model {
   std::unique_ptr<aotpack::KernelLibrary> kernels_;
   std::vector<aotpack_kernel_fn> step_kernels_;
   std::vector<aotpack_tensor_info_t> input_infos_, output_infos_;
-  std::string cpu_unavailable_;
+  std::string cpu_unavailable_, cuda_unavailable_;
   std::unique_ptr<aotpack::CudaModel> cuda_;
 };
 

@@ -33,6 +33,8 @@ Status aotpack_session::allocate(int64_t bytes, const char* what, Memory* out) {
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
   const bool cuda = options.device_type == AOTPACK_DEVICE_CUDA;
+  if (cuda && !model->cuda() && !model->cuda_unavailable().empty())
+    return unsupported("the package's CUDA kernels cannot be used: ", model->cuda_unavailable());
   if (cuda && !model->cuda())
     return unsupported("the package has no CUDA kernels (export it with --target cuda or cpu,cuda); use the CPU device");
   if (!cuda && options.device_type != AOTPACK_DEVICE_CPU)

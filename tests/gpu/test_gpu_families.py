@@ -55,8 +55,8 @@ class Embedding(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(50, 16)
 
-    def forward(self, ids):
-        return self.emb(ids) * 2.0
+    def forward(self, x):
+        return self.emb(x) * 2.0
 
 
 FAMILIES = {"pointwise": Pointwise, "reduction": Reductions, "matmul": Linear, "bmm": Bmm, "conv": Conv,

@@ -180,7 +180,7 @@ def test_session_options(rt, mlp_package):
     with pytest.raises(rt.AotpackError) as info:
         rt.Session(model, device="cuda")
     assert info.value.code == rt.StatusCode.UNSUPPORTED
-    assert "CUDA is not supported by this build yet" in str(info.value)
+    assert "the package has no CUDA kernels" in str(info.value)
 
 
 def test_bfloat16_and_float16_inputs(rt, packages_dir):
