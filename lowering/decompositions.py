@@ -51,4 +51,17 @@ def decompositions() -> dict[Any, Any]:
     flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if flash is not None:
         table[flash.default] = _flash_attention_for_cpu
+    for op in (aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec):
+        if op in table:
+            table[op] = _floats_only(table[op])
     return table
+
+
+def _floats_only(decomposition: Any) -> Any:
+    """Integer inputs stay undecomposed, so the lowering reports the op unsupported: eager computes uint8
+    bilinear in fixed point and torch's float decomposition differs from it by one in places."""
+
+    def decompose(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return decomposition(x, *args, **kwargs) if x.is_floating_point() else NotImplemented
+
+    return decompose
