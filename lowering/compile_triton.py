@@ -17,7 +17,6 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import knobs
 from ..errors import AotpackError

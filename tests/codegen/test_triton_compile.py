@@ -17,8 +17,8 @@ from test_golden import CASES
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
 
-from aotpack.lowering.codegen_triton import render_triton_library  # noqa: E402
-from aotpack.lowering.compile_triton import compile_triton_library  # noqa: E402
+from aotpack.lowering.codegen_triton import render_triton_library
+from aotpack.lowering.compile_triton import compile_triton_library
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

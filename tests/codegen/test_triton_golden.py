@@ -9,10 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from test_golden import CASES
-
 from aotpack.lowering.codegen_triton import TritonRenderer, render_triton_library
 from aotpack.lowering.symbolic import to_json
+from test_golden import CASES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "triton"
 

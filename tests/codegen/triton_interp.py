@@ -16,7 +16,6 @@ from pathlib import Path
 
 import sympy
 import torch
-
 from aotpack.lowering.codegen_triton import TritonLibrary
 from aotpack.lowering.ir import Program
 from aotpack.lowering.symbolic import evaluate

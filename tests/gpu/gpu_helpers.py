@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.decompositions import decompositions

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from exported import make_inputs, range_points
-from gpu_helpers import compare
-
 from aotpack.build import build_package
 from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
 from aotpack.lowering.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
 from aotpack.verification import to_numpy, verify_package
+from exported import make_inputs, range_points
+from gpu_helpers import compare
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # torch 2.11 (the GPU image's) specialises the CNN's pooled spatial sizes to even values: keep them fixed there.

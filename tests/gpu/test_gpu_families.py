@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_helpers import HERE, compare, export_cuda
-from torch import nn
-
 from aotpack.exporter import ModelSpec
 from aotpack.verification import to_numpy
+from gpu_helpers import HERE, compare, export_cuda
+from torch import nn
 
 
 class Pointwise(nn.Module):  # a fused chain with broadcasting and a strided (transposed) input

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from aotpack.verification import to_numpy
 from gpu_helpers import compare, export_cuda
 from test_ops import CASES, _spec
-
-from aotpack.verification import to_numpy
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

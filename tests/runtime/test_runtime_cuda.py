@@ -10,12 +10,11 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, TargetError, Targets, parse_targets
+from torch import nn
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
 
