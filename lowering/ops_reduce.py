@@ -18,7 +18,7 @@ prims = OptionalOps(torch.ops.prims)
 
 
 def _dims(x: TensorValue, dims: Any) -> list[int]:
-    if dims is None:
+    if dims is None or x.rank == 0:  # a 0-d tensor has no dims to reduce (dim 0 and -1 are allowed)
         return list(range(x.rank))
     if isinstance(dims, int):
         return [dims % max(x.rank, 1)]
