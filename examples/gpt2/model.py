@@ -16,13 +16,15 @@ CONFIGS = {
 }
 
 
-def build(size: str = "small") -> GPT2LMHeadModel:
+def build(size: str = "small", attn_implementation: str = "sdpa") -> GPT2LMHeadModel:
     config = GPT2Config(
         **CONFIGS[size],
         # use_cache=False: no past_key_values among the outputs (the package returns tensors only).
         use_cache=False,
-        # sdpa: the attention is one aten op that the exporter decomposes to matmul + masked softmax.
-        attn_implementation="sdpa",
+        # sdpa, transformers' default, named so the captured graph does not follow the default: one aten op
+        # that the exporter decomposes to matmul + masked softmax. "eager" (matmul, additive mask, softmax;
+        # repeat_kv for grouped-query attention) exports as well; tests/e2e/test_hf_models.py runs both.
+        attn_implementation=attn_implementation,
     )
     torch.manual_seed(0)  # the same weights each time the file is loaded, so runs can be compared with eager
     return GPT2LMHeadModel(config).eval()

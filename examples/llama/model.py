@@ -18,14 +18,16 @@ CONFIGS = {
 }
 
 
-def build(size: str = "small") -> LlamaForCausalLM:
+def build(size: str = "small", attn_implementation: str = "sdpa") -> LlamaForCausalLM:
     config = LlamaConfig(
         **CONFIGS[size],
         max_position_embeddings=2048,
         # use_cache=False: no key/value cache among the outputs (the package returns tensors only).
         use_cache=False,
-        # sdpa: the attention is one aten op that the exporter decomposes to matmul + masked softmax.
-        attn_implementation="sdpa",
+        # sdpa, transformers' default, named so the captured graph does not follow the default: one aten op
+        # that the exporter decomposes to matmul + masked softmax. "eager" (matmul, additive mask, softmax;
+        # repeat_kv for grouped-query attention) exports as well; tests/e2e/test_hf_models.py runs both.
+        attn_implementation=attn_implementation,
     )
     torch.manual_seed(0)  # the same weights each time the file is loaded, so runs can be compared with eager
     return LlamaForCausalLM(config).eval()

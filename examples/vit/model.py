@@ -22,9 +22,10 @@ def _size() -> str:
     return os.environ.get("AOTPACK_EXAMPLE_SIZE", "small")
 
 
-def build(size: str = "small") -> ViTModel:
-    # sdpa: the attention is one aten op that the exporter decomposes to matmul + softmax.
-    config = ViTConfig(**CONFIGS[size], attn_implementation="sdpa")
+def build(size: str = "small", attn_implementation: str = "sdpa") -> ViTModel:
+    # sdpa, transformers' default, named so the captured graph does not follow the default: one aten op that
+    # the exporter decomposes to matmul + softmax; "eager" (matmul, softmax) exports as well.
+    config = ViTConfig(**CONFIGS[size], attn_implementation=attn_implementation)
     torch.manual_seed(0)  # the same weights each time the file is loaded, so runs can be compared with eager
     return ViTModel(config).eval()
 

@@ -34,6 +34,26 @@ POINTS = {
     "vit": [(1,), (5,), (16,)],
 }
 HF_EXAMPLES = tuple(sorted(POINTS))
+# The same models with attn_implementation="eager": attention as matmul + additive float mask + softmax in
+# float32, and grouped-query attention through repeat_kv (expand + reshape), paths that sdpa does not take.
+EAGER_ATTENTION = {"bert": [(2, 7), (2, 333)], "llama": [(2, 7), (1, 333)]}
+
+EAGER_MODEL_FILE = """\
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("example_{name}", {path!r})
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+
+
+def model():
+    return base.build("small", attn_implementation="eager")
+
+
+example_inputs = base.example_inputs
+dynamic_axes = base.dynamic_axes
+dynamic_ranges = base.dynamic_ranges
+"""
 
 
 def padded_batch(batch: int, seq: int, gen: torch.Generator) -> list[torch.Tensor]:
@@ -48,6 +68,7 @@ def padded_batch(batch: int, seq: int, gen: torch.Generator) -> list[torch.Tenso
 
 
 def inputs_for(name: str, point: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
+    name = name.removesuffix("-eager")
     gen = torch.Generator().manual_seed(seed)
     if name == "vit":
         return [torch.randn(point[0], 3, 32, 32, generator=gen)]
@@ -63,8 +84,14 @@ def packages(tmp_path_factory, runtime_build, rt):
 
     def get(name: str):
         if name not in cache:
+            folder = tmp_path_factory.mktemp(name)
+            model_file = EXAMPLES / name / "model.py"
+            if name.endswith("-eager"):
+                base = name.removesuffix("-eager")
+                model_file = folder / "model.py"
+                model_file.write_text(EAGER_MODEL_FILE.format(name=base, path=str(EXAMPLES / base / "model.py")))
             start = time.perf_counter()
-            exported = export(EXAMPLES / name / "model.py", tmp_path_factory.mktemp(name))
+            exported = export(model_file, folder)
             seconds = time.perf_counter() - start
             size = exported.result.path.stat().st_size
             print(f"\n{name}: exported in {seconds:.1f} s, {size / 1e6:.2f} MB")
@@ -76,9 +103,11 @@ def packages(tmp_path_factory, runtime_build, rt):
 
 def _cases() -> list:
     """Every (example, point); the full-length ones (a few seconds each at seq 2048) are marked slow."""
+    cases = [(name, point) for name in HF_EXAMPLES for point in POINTS[name]]
+    cases += [(f"{name}-eager", point) for name, points in EAGER_ATTENTION.items() for point in points]
     return [pytest.param(name, point, id=f"{name}-{'x'.join(map(str, point))}",
                          marks=[pytest.mark.slow] if point[-1] >= 2048 else [])
-            for name in HF_EXAMPLES for point in POINTS[name]]
+            for name, point in cases]
 
 
 @pytest.mark.parametrize("name, point", _cases())
