@@ -36,6 +36,12 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Operator coverage against PyTorch's OpInfo database: every op's samples through export and the runtime,
+# compared with eager; writes docs/coverage.md (about 100 CPU-minutes: JOBS=N runs N ops at a time).
+JOBS ?= 2
+coverage: setup
+	$(BIN)/python -m bench.coverage --jobs $(JOBS) --out docs/coverage.md
+
 # On a machine with an NVIDIA GPU: build the runtime, run tests/gpu and a short benchmark, print a summary.
 gpu-check:
 	scripts/gpu_check.sh

@@ -184,3 +184,34 @@ def test_unsupported_ops_are_all_listed_with_their_lines(tmp_path):
     assert "aten.sort" in message and "aten.topk" in message
     assert "test_ops.py" in message and "# line A" in message and "# line B" in message
     assert not (tmp_path / "bad.aotpack").exists()
+
+
+# Static edge cases found by the op_db coverage run (bench/coverage.py): 0-d tensors, zero-size tensors.
+EDGE_CASES: dict[str, tuple] = {
+    "reductions_of_0d": (lambda x: (x.sum(0), x.mean(-1, keepdim=True), x.argmax(0), torch.cumsum(x, 0)),
+                         torch.tensor(1.5)),
+    "gather_index_select_0d": (lambda x: (torch.gather(x, 0, torch.zeros((), dtype=torch.int64)),
+                                          x.index_select(0, torch.zeros(1, dtype=torch.int64))), torch.tensor(2.0)),
+    "zero_size_cat_stack": (lambda x: (torch.cat([x[:0], x[:0]]), torch.stack([x[:0], x[:0]], 1).reshape(0, 2)),
+                            torch.randn(4)),
+    "signbit_lgamma": (lambda x: (torch.signbit(x), torch.lgamma(x.abs() + 0.5)), torch.tensor([-0.0, 0.0, -2.0, 3.0])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_CASES))
+def test_edge_case_matches_eager(name, tmp_path, rt):
+    fn, x = EDGE_CASES[name]
+    spec = ModelSpec(HERE, Fn1(fn).eval(), (x,), ("x",), {}, {})
+    result = build_package(capture(spec, (), None, decompositions()), tmp_path / f"{name}.aotpack")
+    outputs = rt.Model(result.path).session().run([to_numpy(x)])
+    with torch.no_grad():
+        expected = fn(x)
+    for out, ref in zip(outputs, expected):
+        assert out.shape == tuple(ref.shape) and relative_error(out, to_numpy(ref)) == 0, mismatch_report(name, out, to_numpy(ref))
+
+
+def test_integer_bilinear_upsampling_is_unsupported_not_wrong(tmp_path):
+    x = torch.randint(0, 255, (1, 1, 3, 3), dtype=torch.uint8)
+    spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear")).eval(), (x,), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match="upsample_bilinear2d"):
+        build_package(capture(spec, (), None, decompositions()), tmp_path / "up.aotpack")
