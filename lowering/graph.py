@@ -24,8 +24,9 @@ from .registry import lowering_for
 from .symbolic import as_expr, index_var, size_symbol
 from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
 
-# A lazy value read by several ops is stored once if its expression has more nodes than this.
-INLINE_SHARED_MAX_NODES = 1
+# A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones
+# (a bias add: two loads and an add) cost less to recompute in each reader than a round trip to memory.
+INLINE_SHARED_MAX_NODES = 4
 # A lazy value whose expression grows past this is stored, however many ops read it.
 INLINE_MAX_NODES = 160
 
@@ -71,7 +72,7 @@ class GraphLowering:
         self.buffers: dict[str, Buffer] = {}
         self.steps: list[Kernel] = []
         self.weights: dict[str, torch.Tensor] = {}
-        self._weight_by_storage: dict[tuple, str] = {}
+        self._weight_by_storage: dict[tuple, tuple[str, torch.Tensor]] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self.current: torch.fx.Node | None = None
         self.inputs: list[str] = []
@@ -180,10 +181,12 @@ class GraphLowering:
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
                tuple(tensor.stride()), tensor.dtype)
         if key in self._weight_by_storage and tensor.numel() > 0:
-            return self._weight_by_storage[key]
+            return self._weight_by_storage[key][0]
         self.weights[name] = tensor.detach().contiguous().clone()
         buffer = self.new_buffer(dtype_name(tensor.dtype), [sympy.Integer(s) for s in tensor.shape], "weight", name)
-        self._weight_by_storage[key] = buffer
+        # Keep `tensor` alive with its key: a freed tensor's address could be reused by the next one (a weight
+        # packed at export), which would then be mistaken for it.
+        self._weight_by_storage[key] = (buffer, tensor)
         return buffer
 
     # --- the walk -----------------------------------------------------------------------------------
