@@ -141,6 +141,10 @@ class BodyWriter:
         if name == "cast":
             if dtype == "bool":
                 return f"({args[0]} != 0)"
+            if dtype in ("bfloat16", "float16") and arg_dtype != dtype:
+                # half types compute in float, but a cast to one must still round, fused or not
+                half = "bf16" if dtype == "bfloat16" else "f16"
+                return f"aotpack_{half}_to_f32(aotpack_f32_to_{half}(static_cast<float>({args[0]})))"
             return f"static_cast<{ctype}>({args[0]})"
         if name == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"

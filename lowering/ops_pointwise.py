@@ -164,9 +164,19 @@ def _floor_divide(ctx: GraphLowering, node: torch.fx.Node, a: Operand, b: Operan
     return _div_mode(ctx, node, a, b, "floor")
 
 
+def _product(factors: list[Node]) -> Node:
+    out = factors[0]
+    for f in factors[1:]:
+        out = Op("mul", (out, f), out.dtype)
+    return out
+
+
 @lowers(aten.pow, prims.pow)
 def _pow(ctx: GraphLowering, node: torch.fx.Node, a: Operand, b: Operand) -> TensorValue:
     if isinstance(b, (int, float)) and not isinstance(b, bool):
+        if b in (2, 3, 4) and is_float(ctx.dtype_of(node)):
+            # small whole powers as products: exact to an ulp, and vectorisable where libm's pow is a call
+            return elementwise(ctx, node, [a], lambda x: _product([x] * int(b)))
         if b == 2:
             return elementwise(ctx, node, [a], lambda x: Op("mul", (x, x), x.dtype))
         if b == 0.5 and is_float(ctx.dtype_of(node)):

@@ -160,19 +160,57 @@ def reshape(value: TensorValue, shape: Sequence[Expr]) -> TensorValue:
         return from_view(view, value.dtype, shape)
     if any(s == 0 for s in (*shape, *value.shape)):  # no elements, nothing is ever read (and strides are 0)
         return TensorValue(value.dtype, shape, lambda idx: cast(Const(0, "int64"), value.dtype))
-    new_strides = contiguous_strides(shape)
-    old_strides = contiguous_strides(value.shape)
+    groups = _reshape_groups(value.shape, shape)
+    if groups is None:  # no dim-by-dim correspondence: go through the flat position of the whole tensor
+        groups = [(tuple(range(value.rank)), tuple(range(len(shape))))]
 
     def load(idx: Index) -> Node:
-        flat = sum((i * s for i, s in zip(idx, new_strides)), sympy.Integer(0))
-        old = []
-        for d, (size, stride) in enumerate(zip(value.shape, old_strides)):
-            if size == 1:
-                old.append(sympy.Integer(0))
-            elif d == 0:  # the outermost dim needs no modulo: flat < numel
-                old.append(FloorDiv(flat, stride))
-            else:
-                old.append(ModularIndexing(flat, stride, size))
+        old: list[Expr] = [sympy.Integer(0)] * value.rank
+        for old_dims, new_dims in groups:
+            new_sizes = [shape[d] for d in new_dims]
+            flat = sum((idx[d] * s for d, s in zip(new_dims, contiguous_strides(new_sizes))), sympy.Integer(0))
+            old_sizes = [value.shape[d] for d in old_dims]
+            for pos, (d, stride) in enumerate(zip(old_dims, contiguous_strides(old_sizes))):
+                if value.shape[d] == 1:
+                    old[d] = sympy.Integer(0)
+                elif pos == 0:  # the group's outermost dim needs no modulo: flat < the group's size
+                    old[d] = FloorDiv(flat, stride) if stride != 1 else flat
+                else:
+                    old[d] = ModularIndexing(flat, stride, value.shape[d]) if stride != 1 else sympy.Mod(flat, value.shape[d])
         return value.loader(tuple(old))
 
     return TensorValue(value.dtype, shape, load)
+
+
+def _reshape_groups(old: Sequence[Expr], new: Sequence[Expr]) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """Runs of old and new dims with equal products ([B*S, D] -> [B, S, D]: ((0,), (0, 1)), ((1,), (2,))),
+    so that a reshape only does index arithmetic inside each run; a merge of dims then needs none at all.
+    Size-1 dims join the run before them. None when the sizes do not line up run by run."""
+    groups: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        o, n = [], []
+        p_old, p_new = sympy.Integer(1), sympy.Integer(1)
+        while True:
+            if sympy.expand(p_old - p_new) == 0 and (o or n) and (i == len(old) or old[i] != 1) \
+                    and (j == len(new) or new[j] != 1):
+                break
+            if i < len(old) and (not o or _divides(p_old * old[i], p_new) or j == len(new)
+                                 or not _divides(p_new * new[j], p_old)):
+                p_old, o = p_old * old[i], o + [i]
+                i += 1
+            elif j < len(new):
+                p_new, n = p_new * new[j], n + [j]
+                j += 1
+            else:
+                return None
+            if i == len(old) and j == len(new) and sympy.expand(p_old - p_new) != 0:
+                return None
+        groups.append((tuple(o), tuple(n)))
+    return groups
+
+
+def _divides(a: Expr, b: Expr) -> bool:
+    """Whether a divides b as polynomials in the symbols (so a run of dims can still grow to match b)."""
+    quotient = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
+    return sympy.fraction(quotient)[1] == 1

@@ -3,7 +3,7 @@
 // Each task owns an MC x NC tile of out, accumulated in a float tile in its thread's scratch, KC steps of k
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as six rows in place.
-extern "C" void k_d1e38e9453cdac39(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_9e98ce42c04864c4(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -34,13 +34,20 @@ extern "C" void k_d1e38e9453cdac39(const aotpack_kernel_ctx* ctx, void* const* b
       for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kb = std::min(KC, K - k0);
         const float* __restrict b_base = in1 + b_off + bi * b_sb + n0 * b_sn;
-        for (int64_t c = 0; c < n_strips * NR; ++c) {  // b: panel c/16 holds 16 columns, k-major; columns read in order
-          float* __restrict dst = bpack + (c / NR) * NR * KC + (c % NR);
-          if (c < nb) {
-            const float* __restrict col = b_base + c * b_sn + k0 * b_sk;
-            for (int64_t k = 0; k < kb; ++k) dst[k * NR] = static_cast<float>(col[k * b_sk]);
-          } else {
-            for (int64_t k = 0; k < kb; ++k) dst[k * NR] = 0.0f;
+        for (int64_t j = 0; j < n_strips; ++j) {  // b: panel j holds columns 16j..16j+15, k-major
+          // Transposed in 16 x 8 blocks: each column is read 8 contiguous k at a time, the block stays in L1.
+          float* __restrict panel = bpack + j * NR * KC;
+          const int64_t nr = std::min(NR, nb - j * NR);
+          for (int64_t kb0 = 0; kb0 < kb; kb0 += 8) {
+            const int64_t kn = std::min<int64_t>(8, kb - kb0);
+            for (int64_t c = 0; c < NR; ++c) {
+              if (c < nr) {
+                const float* __restrict col = b_base + (j * NR + c) * b_sn + (k0 + kb0) * b_sk;
+                for (int64_t k = 0; k < kn; ++k) panel[(kb0 + k) * NR + c] = static_cast<float>(col[k * b_sk]);
+              } else {
+                for (int64_t k = 0; k < kn; ++k) panel[(kb0 + k) * NR + c] = 0.0f;
+              }
+            }
           }
         }
         for (int64_t j = 0; j < n_strips; ++j) {
