@@ -18,7 +18,7 @@ import sympy
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import ConvKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, to_cpp
 
@@ -92,9 +92,15 @@ _BINARY_FLOAT_FN = {"atan2": "std::atan2", "hypot": "std::hypot", "copysign": "s
 class BodyWriter:
     """Turns scalar expression trees into C++ statements, computing each distinct subexpression once."""
 
-    def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str]) -> None:
+    def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str],
+                 inner: frozenset[sympy.Symbol] = frozenset()) -> None:
         self.arg_names = arg_names
         self.symbol_names = symbol_names
+        # Loop variables of the innermost loop(s): the part of a load's offset that uses none of them is
+        # computed once before that loop (`hoisted`), which also lets the compiler vectorise the loop.
+        self.inner = inner
+        self.hoisted: list[str] = []
+        self._hoisted_names: dict[sympy.Expr, str] = {}
         self.lines: list[str] = []
         self._cache: dict[Node, str] = {}
 
@@ -128,8 +134,24 @@ class BodyWriter:
             checked = self._tmp("int64_t", f'aotpack_check_index(ctx, static_cast<int64_t>({position}), '
                                            f'{self.index(ind.size)}, {"true" if ind.wrap else "false"}, "{what}")')
             extra[ind.var] = checked
-        element = f"{self.arg_names[node.buffer]}[{self.index(node.index, extra)}]"
+        element = f"{self.arg_names[node.buffer]}[{self.split_index(node.index, extra)}]"
         return self._tmp(COMPUTE_CTYPE[node.dtype], load_from_storage(element, node.dtype))
+
+    def split_index(self, index: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
+        extra = extra or {}
+        if not self.inner:
+            return self.index(index, extra)
+        terms = sympy.Add.make_args(sympy.expand(index))
+        outer = [t for t in terms if not (t.free_symbols & self.inner) and not (t.free_symbols & set(extra))]
+        if not outer or all(t.is_number for t in outer):
+            return self.index(index, extra)
+        base = sympy.Add(*outer)
+        if base not in self._hoisted_names:
+            name = f"o{len(self._hoisted_names)}"
+            self._hoisted_names[base] = name
+            self.hoisted.append(f"const int64_t {name} = {self.index(base)};")
+        rest = sympy.Add(*[t for t in terms if t not in outer])
+        return f"{self._hoisted_names[base]} + {self.index(rest, extra)}"
 
     def _op(self, node: Op) -> str:
         args = [self.value(a) for a in node.args]
@@ -253,8 +275,6 @@ class KernelRenderer:
         elif isinstance(kernel, MatmulKernel):
             data = self._matmul(kernel)
             template = "matmul.cpp.jinja" if kernel.dtype in ("float32", "float16", "bfloat16") else "matmul_generic.cpp.jinja"
-        elif isinstance(kernel, ConvKernel):
-            data, template = self._conv(kernel), "conv2d.cpp.jinja"
         else:
             raise UnsupportedError(f"no C++ template for {type(kernel).__name__}")
         body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
@@ -279,23 +299,24 @@ class KernelRenderer:
 
     def _pointwise(self, k: PointwiseKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names)
+        inner = frozenset({index_var("i", len(k.shape) - 1)}) if len(k.shape) >= 2 else frozenset()
+        writer = BodyWriter(arg_names, sym_names, inner)
         value = writer.value(k.value)
         out_dtype = self.program.buffers[k.output].dtype
         outer_strides = contiguous_strides(k.shape[:-1])
         loops = [{"var": f"i{d}", "size": writer.index(s),
                   "stride": writer.index(outer_strides[d]) if d < len(outer_strides) else "1"}
                  for d, s in enumerate(k.shape)]
-        store_index = writer.index(sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))),
-                                       sympy.Integer(0)))
+        store_index = writer.split_index(
+            sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))), sympy.Integer(0)))
         data = self._common(k, [*k.shape, *self._all_exprs(k.value)])
-        data.update(loops=loops, body=writer.lines, store_index=store_index,
+        data.update(loops=loops, body=writer.lines, hoisted=writer.hoisted, store_index=store_index,
                     store_value=store_to_storage(value, out_dtype))
         return data
 
     def _reduction(self, k: ReductionKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names)
+        writer = BodyWriter(arg_names, sym_names, frozenset(index_var("r", d) for d in range(len(k.reduced))))
         value = writer.value(k.value)
         acc_ctype = COMPUTE_CTYPE[k.acc_dtype]
         strides = contiguous_strides(k.shape)
@@ -306,7 +327,8 @@ class KernelRenderer:
         ridx = writer.index(sum((index_var("r", d) * st for d, st in enumerate(rstrides)), sympy.Integer(0)))
         init, combine, result = _reduction_parts(k.op, k.acc_dtype)
         data = self._common(k, [*k.shape, *k.reduced, *self._all_exprs(k.value)])
-        data.update(loops=loops, rloops=rloops, body=writer.lines, value=f"static_cast<{acc_ctype}>({value})",
+        data.update(loops=loops, rloops=rloops, body=writer.lines, hoisted=writer.hoisted,
+                    value=f"static_cast<{acc_ctype}>({value})",
                     acc_ctype=acc_ctype, init=init, combine=combine, arg=k.op in ("argmax", "argmin"), ridx=ridx,
                     lanes=REDUCTION_LANES if len(k.reduced) == 1 and k.op not in ("argmax", "argmin") else 0,
                     combine_lane=combine.replace("acc", "part[l]"),
@@ -353,32 +375,6 @@ class KernelRenderer:
                     load_a=f"static_cast<{acc}>({load_from_storage(a_elem, a_dtype)})",
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
-        return data
-
-    def _conv(self, k: ConvKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names)
-        x_dtype = self.program.buffers[k.x.buffer].dtype
-        w_dtype = self.program.buffers[k.weight].dtype
-        acc = "double" if k.dtype == "float64" else "float"
-        x_elem = f"{arg_names[k.x.buffer]}[x_off + n * x_sn + c * x_sc + ih * x_sh + iw * x_sw]"
-        w_elem = f"{arg_names[k.weight]}[((co * CIG + ci) * KH + a) * KW + b]"
-        bias = "0"
-        if k.bias is not None:
-            bias = f"static_cast<{acc}>({load_from_storage(f'{arg_names[k.bias]}[co]', self.program.buffers[k.bias].dtype)})"
-        c_in = k.c_in
-        if not sympy.sympify(c_in).is_number:
-            raise UnsupportedError("a convolution's input channel count must be fixed")
-        data = self._common(k, [k.n, k.h, k.w, k.out_h, k.out_w, k.x.offset, *k.x.strides])
-        data.update(
-            n=writer.index(k.n), h=writer.index(k.h), w=writer.index(k.w), out_h=writer.index(k.out_h),
-            out_w=writer.index(k.out_w), c_out=k.c_out, kh=k.kh, kw=k.kw, groups=k.groups,
-            c_in_per_group=int(c_in) // k.groups, x=self._view(k.x, writer), stride=list(k.stride),
-            padding=list(k.padding), dilation=list(k.dilation), acc_ctype=acc, bias_value=bias,
-            load_x=f"static_cast<{acc}>({load_from_storage(x_elem, x_dtype)})",
-            load_w=f"static_cast<{acc}>({load_from_storage(w_elem, w_dtype)})",
-            store=store_to_storage("acc", k.dtype),
-        )
         return data
 
 

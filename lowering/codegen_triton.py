@@ -25,7 +25,7 @@ from torch.utils._sympy import functions as tf
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import ConvKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, product, upper_bound
 
@@ -362,8 +362,6 @@ class TritonRenderer:
             data, template = self._reduction(kernel), "reduction.py.jinja"
         elif isinstance(kernel, MatmulKernel):
             data, template = self._matmul(kernel), "matmul.py.jinja"
-        elif isinstance(kernel, ConvKernel):
-            data, template = self._conv(kernel), "conv2d.py.jinja"
         else:
             raise UnsupportedError(f"no Triton template for {type(kernel).__name__}")
         meta = data.pop("meta")
@@ -491,29 +489,6 @@ class TritonRenderer:
             "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
                      "num_stages": 3, "errors": [], "grid": grid},
         }
-
-    def _conv(self, k: ConvKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
-        writer = TritonBodyWriter(arg_names, sym_names, "xmask")
-        if not sympy.sympify(k.c_in).is_number:
-            raise UnsupportedError("a convolution's input channel count must be fixed")
-        numel = k.n * k.c_out * k.out_h * k.out_w
-        xblock = min(256, max(16, next_pow2(self._max(numel))))
-        constexprs = {"XBLOCK": xblock}
-        params = self._params(k, [k.n, k.h, k.w, k.out_h, k.out_w, k.x.offset, *k.x.strides], False, constexprs)
-        acc = "tl.float64" if k.dtype == "float64" else "tl.float32"
-        return {
-            **params, "n": writer.index(k.n), "h": writer.index(k.h), "w": writer.index(k.w),
-            "out_h": writer.index(k.out_h), "out_w": writer.index(k.out_w), "c_out": k.c_out, "kh": k.kh,
-            "kw": k.kw, "groups": k.groups, "c_in_per_group": int(k.c_in) // k.groups, "x": self._view(k.x, writer),
-            "x_name": arg_names[k.x.buffer], "w_name": arg_names[k.weight],
-            "bias_name": arg_names[k.bias] if k.bias is not None else None,
-            "stride": list(k.stride), "padding": list(k.padding), "dilation": list(k.dilation), "acc_type": acc,
-            "store_value": self._store("acc", k.dtype),
-            "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 1, "errors": [],
-                     "grid": (_cdiv(numel, xblock), sympy.Integer(1), sympy.Integer(1))},
-        }
-
 
 def _checks(checks: list[Check]) -> list[dict[str, Any]]:
     return [{"condition": c.condition, "code": i + 1} for i, c in enumerate(checks)]

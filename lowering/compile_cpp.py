@@ -13,9 +13,11 @@ from ..errors import AotpackError
 
 ABI_INCLUDE = Path(__file__).resolve().parent.parent / "runtime_cpp" / "include"
 
-# -ffp-contract=off keeps a*b+c as two roundings, as eager PyTorch computes it; -s strips the symbol
-# table (kernels are found through the dynamic one), which also keeps temporary paths out of the file.
-BASE_FLAGS = ["-std=c++17", "-O3", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-s",
+# -ffp-contract=off keeps a*b+c as two roundings, as eager PyTorch computes it. -fno-trapping-math lets
+# the compiler turn the selects in elementwise code (NaN checks, clamps) into vector blends: no result
+# changes, only floating-point exception flags, which nothing reads. -s strips the symbol table (kernels
+# are found through the dynamic one), which also keeps temporary paths out of the file.
+BASE_FLAGS = ["-std=c++17", "-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-s",
               "-fvisibility=default", "-Wno-unused-variable", "-Wno-unused-but-set-variable"]
 
 

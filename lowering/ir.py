@@ -94,36 +94,7 @@ class MatmulKernel:
         return tuple(dict.fromkeys((self.a.buffer, self.b.buffer)))
 
 
-@dataclass(frozen=True)
-class ConvKernel:
-    """2-D convolution, NCHW, with optional bias; `x` is a strided view, weight and bias are contiguous."""
-
-    output: str
-    x: StridedView
-    weight: str
-    bias: str | None
-    n: sympy.Expr
-    c_in: sympy.Expr
-    h: sympy.Expr
-    w: sympy.Expr
-    c_out: int
-    kh: int
-    kw: int
-    out_h: sympy.Expr
-    out_w: sympy.Expr
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
-    groups: int
-    dtype: str
-
-    family = "conv2d"
-
-    def reads(self) -> tuple[str, ...]:
-        return tuple(b for b in (self.x.buffer, self.weight, self.bias) if b is not None)
-
-
-Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel, ConvKernel]
+Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel]
 
 
 def _buffers_of(node: Node) -> tuple[str, ...]:

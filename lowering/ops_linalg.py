@@ -7,13 +7,15 @@ from typing import Any
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..errors import UnsupportedError
 from . import values as V
 from .graph import GraphLowering
-from .ir import ConvKernel, MatmulKernel, StridedView
+from .ir import MatmulKernel, StridedView
 from .prepack import PANEL, can_prepack, pack_panels
 from .registry import OptionalOps, lowers
+from .scalar import Const, IndexValue, Op, cast
 from .values import TensorValue
 
 aten = OptionalOps(torch.ops.aten)
@@ -28,11 +30,15 @@ def _batched_view(ctx: GraphLowering, x: TensorValue) -> StridedView:
 
 
 def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue) -> TensorValue:
-    out_dtype = ctx.dtype_of(node)
-    shape = ctx.shape_of(node)
+    return matmul_values(ctx, a, b, ctx.dtype_of(node))
+
+
+def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype: str) -> TensorValue:
+    """a @ b for 2-d or 3-d (batched) operands, into a new buffer; a constant b is packed at export."""
     if a.dtype != b.dtype:
         raise UnsupportedError(f"matmul of {a.dtype} and {b.dtype}: both operands must have the same dtype")
-    batch = a.shape[0] if a.rank == 3 else sympy.Integer(1)
+    batch = a.shape[0] if a.rank == 3 else (b.shape[0] if b.rank == 3 else sympy.Integer(1))
+    shape = ((batch,) if a.rank == 3 or b.rank == 3 else ()) + (a.shape[-2], b.shape[-1])
     out = ctx.new_buffer(out_dtype, shape)
     kernel = MatmulKernel(
         output=out, a=_batched_view(ctx, a), b=_batched_view(ctx, b), batch=batch,
@@ -82,6 +88,10 @@ def _pair(value: Any, rank: int) -> tuple[int, int]:
 def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
                  stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                  groups: int) -> TensorValue:
+    """Convolution as a matrix product (im2col): one row per output position, one column per input channel
+    and kernel tap, so it runs on the matmul kernel (and a weight is packed at export like a linear's).
+    The column matrix is an elementwise gather with zero padding; the bias and the NCHW layout of the
+    result stay lazy and fuse into whatever reads the output."""
     spatial = x.rank - 2
     if transposed:
         raise UnsupportedError("transposed convolution (ConvTranspose) is not supported yet")
@@ -89,29 +99,48 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         raise UnsupportedError(f"{spatial}-d convolution is not supported (1-d and 2-d are)")
     if any(not s.is_number for s in weight.shape):
         raise UnsupportedError("a convolution weight must have a fixed shape")
-    out_dtype = ctx.dtype_of(node)
     out_shape = ctx.shape_of(node)
     if spatial == 1:  # run 1-d as 2-d with a height of 1
-        x = V.unsqueeze(x, 2)
-        weight = V.unsqueeze(weight, 2)
-    w_view = ctx.as_view(weight)
-    if not V.is_contiguous(V.from_view(w_view, weight.dtype, weight.shape)) or w_view.offset != 0:
-        w_view = ctx.realize(weight).view
-    bias_buffer = None
-    if bias is not None:
-        b = bias if V.is_contiguous(bias) and bias.view.offset == 0 else ctx.realize(bias)
-        bias_buffer = b.view.buffer
-    n, c_in, h, w = x.shape
-    c_out, _, kh, kw = (int(s) for s in weight.shape)
+        x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
     stride2, padding2, dilation2 = _pair(stride, spatial), _pair(padding, spatial), _pair(dilation, spatial)
     if spatial == 1:
         padding2 = (0, padding2[1])
+    n, c_in, h, w = x.shape
+    c_out, c_group, kh, kw = (int(s) for s in weight.shape)
+    g = int(groups)
     out_h = sympy.Integer(1) if spatial == 1 else out_shape[2]
     out_w = out_shape[-1]
-    out = ctx.new_buffer(out_dtype, out_shape)
-    ctx.add_step(ConvKernel(
-        output=out, x=ctx.as_view(x), weight=w_view.buffer, bias=bias_buffer, n=n, c_in=c_in, h=h, w=w,
-        c_out=c_out, kh=kh, kw=kw, out_h=out_h, out_w=out_w, stride=stride2, padding=padding2,
-        dilation=dilation2, groups=int(groups), dtype=out_dtype,
-    ))
-    return V.from_buffer(out, out_dtype, out_shape)
+    taps = c_group * kh * kw
+    rows = n * out_h * out_w
+
+    def column(idx: tuple) -> Any:  # cols[group, (n, oh, ow), (c, a, b)]
+        gi, r, t = idx
+        ni, oh, ow = FloorDiv(r, out_h * out_w), ModularIndexing(r, out_w, out_h), ModularIndexing(r, 1, out_w)
+        c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
+        hi = oh * stride2[0] - padding2[0] + a * dilation2[0]
+        wi = ow * stride2[1] - padding2[1] + b * dilation2[1]
+        value = x.loader((ni, gi * c_group + c, sympy.Max(0, sympy.Min(hi, h - 1)), sympy.Max(0, sympy.Min(wi, w - 1))))
+        inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
+        return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
+
+    cols = TensorValue(x.dtype, (sympy.Integer(g), rows, sympy.Integer(taps)), column)
+    # weight [g * c_out/g, c_group, kh, kw] as [g, taps, c_out/g]
+    w_mat = V.permute(V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps))), (0, 2, 1))
+    product = matmul_values(ctx, cols, w_mat, x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node))
+
+    def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), (n, oh, ow), co % (c_out/g)]
+        ni, co = idx[0], idx[1]
+        oh, ow = (idx[2], idx[3]) if spatial == 2 else (sympy.Integer(0), idx[2])
+        r = (ni * out_h + oh) * out_w + ow
+        value = product.loader((FloorDiv(co, c_out // g), r, ModularIndexing(co, 1, c_out // g)))
+        if bias is not None:
+            value = Op("add", (value, cast(bias.loader((co,)), value.dtype)), value.dtype)
+        return cast(value, ctx.dtype_of(node))
+
+    return TensorValue(ctx.dtype_of(node), out_shape, load)
+
+
+def _in_range(i: sympy.Expr, size: sympy.Expr) -> Any:
+    ge = Op("ge", (IndexValue(i, "int64"), Const(0, "int64")), "bool")
+    lt = Op("lt", (IndexValue(i, "int64"), IndexValue(size, "int64")), "bool")
+    return Op("logical_and", (ge, lt), "bool")

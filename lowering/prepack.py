@@ -29,7 +29,7 @@ def pack_panels(weight: torch.Tensor, view: StridedView, k: int, n: int) -> torc
 def can_prepack(kernel: MatmulKernel, b_dtype: str, b_kind: str) -> bool:
     static = all(getattr(e, "is_number", False) for e in (kernel.k, kernel.n, kernel.b.offset, *kernel.b.strides))
     return b_kind == "weight" and b_dtype == "float32" and kernel.dtype == "float32" and static \
-        and kernel.b.strides[0] == 0
+        and (kernel.b.strides[0] == 0 or kernel.batch == 1)
 
 
 def unpack_shared(program_steps: list, read_elsewhere: set[str]) -> list:

@@ -16,7 +16,6 @@ import sympy
 from aotpack.lowering.codegen_cpp import KernelRenderer, render_library
 from aotpack.lowering.ir import (
     Buffer,
-    ConvKernel,
     MatmulKernel,
     PointwiseKernel,
     Program,
@@ -66,11 +65,6 @@ CASES = {
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
                       sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "float32")],
         [X, Buffer("w2", "float32", (4, 8), "weight", "w2"), Buffer("out", "float32", (n, 4), "output", "output")]),
-    "conv2d_bias": _program(
-        [ConvKernel("out", StridedView("x", sympy.Integer(0), (3 * n * n, n * n, n, sympy.Integer(1))), "cw", "cb",
-                    sympy.Integer(2), sympy.Integer(3), n, n, 4, 3, 3, n, n, (1, 1), (1, 1), (1, 1), 1, "float32")],
-        [Buffer("x", "float32", (2, 3, n, n), "input", "x"), Buffer("cw", "float32", (4, 3, 3, 3), "weight", "cw"),
-         Buffer("cb", "float32", (4,), "weight", "cb"), Buffer("out", "float32", (2, 4, n, n), "output", "output")]),
 }
 
 
