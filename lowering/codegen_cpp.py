@@ -118,7 +118,7 @@ class BodyWriter:
         if isinstance(node, Const):
             out = const_literal(node.value, node.dtype)
         elif isinstance(node, IndexValue):
-            out = self._tmp(COMPUTE_CTYPE[node.dtype], f"static_cast<{COMPUTE_CTYPE[node.dtype]}>({self.index(node.expr)})")
+            out = self._tmp(COMPUTE_CTYPE[node.dtype], f"static_cast<{COMPUTE_CTYPE[node.dtype]}>({self.split_index(node.expr)})")
         elif isinstance(node, Load):
             out = self._load(node)
         else:

@@ -107,15 +107,18 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         padding2 = (0, padding2[1])
     n, c_in, h, w = x.shape
     c_out, c_group, kh, kw = (int(s) for s in weight.shape)
+    if x.view is None and kh * kw > 1:  # the columns read each input element kh*kw times: compute it once
+        x = ctx.realize(x)
     g = int(groups)
     out_h = sympy.Integer(1) if spatial == 1 else out_shape[2]
     out_w = out_shape[-1]
     taps = c_group * kh * kw
     rows = n * out_h * out_w
 
-    def column(idx: tuple) -> Any:  # cols[group, (n, oh, ow), (c, a, b)]
-        gi, r, t = idx
-        ni, oh, ow = FloorDiv(r, out_h * out_w), ModularIndexing(r, out_w, out_h), ModularIndexing(r, 1, out_w)
+    # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order
+    # and needs no division per element; the matmul reads it transposed, as [group, (n, oh, ow), (c, a, b)].
+    def column(idx: tuple) -> Any:
+        gi, t, ni, oh, ow = idx
         c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
         hi = oh * stride2[0] - padding2[0] + a * dilation2[0]
         wi = ow * stride2[1] - padding2[1] + b * dilation2[1]
@@ -123,7 +126,8 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
         return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
 
-    cols = TensorValue(x.dtype, (sympy.Integer(g), rows, sympy.Integer(taps)), column)
+    cols = ctx.realize(TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column))
+    cols = V.permute(V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), rows)), (0, 2, 1))
     # weight [g * c_out/g, c_group, kh, kw] as [g, taps, c_out/g]
     w_mat = V.permute(V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps))), (0, 2, 1))
     product = matmul_values(ctx, cols, w_mat, x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node))

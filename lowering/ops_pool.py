@@ -40,6 +40,12 @@ def _clamped(i: sympy.Expr, size: sympy.Expr) -> sympy.Expr:
     return sympy.Max(0, sympy.Min(i, size - 1))
 
 
+def _once(ctx: GraphLowering, x: TensorValue, kernel: tuple[int, int], stride: tuple[int, int]) -> TensorValue:
+    """Overlapping windows read each input element several times: compute a lazy input once, in memory."""
+    overlapping = kernel[0] > stride[0] or kernel[1] > stride[1]
+    return ctx.realize(x) if overlapping and x.view is None else x
+
+
 def _window_loads(x: TensorValue, idx: tuple, kernel: tuple[int, int], stride: tuple[int, int],
                   padding: tuple[int, int], dilation: tuple[int, int]) -> list[tuple[Node, Node]]:
     """(inside?, value) for every window position of output index idx (N, C, oh, ow)."""
@@ -60,6 +66,7 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
                 padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> tuple:
     kernel = _pair(kernel_size)
     stride2 = _pair(stride) if stride else kernel
+    x = _once(ctx, x, kernel, stride2)
     if kernel[0] * kernel[1] > MAX_WINDOW:
         raise UnsupportedError(f"max pooling windows above {MAX_WINDOW} elements are not supported")
     out_shape = ctx.shape_of(node)
@@ -82,6 +89,7 @@ def _avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
                 divisor_override: Any = None) -> TensorValue:
     kernel = _pair(kernel_size)
     stride2 = _pair(stride) if stride else kernel
+    x = _once(ctx, x, kernel, stride2)
     pad = _pair(padding)
     if kernel[0] * kernel[1] > MAX_WINDOW:
         raise UnsupportedError(f"average pooling windows above {MAX_WINDOW} elements are not supported")
