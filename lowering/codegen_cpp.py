@@ -281,22 +281,6 @@ class KernelRenderer:
         name = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
         return RenderedKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel))
 
-    def _all_exprs(self, node: Node) -> list[sympy.Expr]:
-        out: list[sympy.Expr] = []
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Load):
-                out.append(n.index)
-                for ind in n.indirect:
-                    out.append(ind.size)
-                    stack.append(ind.value)
-            elif isinstance(n, IndexValue):
-                out.append(n.expr)
-            elif isinstance(n, Op):
-                stack.extend(n.args)
-        return out
-
     def _pointwise(self, k: PointwiseKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         inner = frozenset({index_var("i", len(k.shape) - 1)}) if len(k.shape) >= 2 else frozenset()
@@ -309,7 +293,7 @@ class KernelRenderer:
                  for d, s in enumerate(k.shape)]
         store_index = writer.split_index(
             sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))), sympy.Integer(0)))
-        data = self._common(k, [*k.shape, *self._all_exprs(k.value)])
+        data = self._common(k, [*k.shape, *scalar.index_exprs(k.value)])
         data.update(loops=loops, body=writer.lines, hoisted=writer.hoisted, store_index=store_index,
                     store_value=store_to_storage(value, out_dtype))
         return data
@@ -326,7 +310,7 @@ class KernelRenderer:
         rstrides = contiguous_strides(k.reduced)
         ridx = writer.index(sum((index_var("r", d) * st for d, st in enumerate(rstrides)), sympy.Integer(0)))
         init, combine, result = _reduction_parts(k.op, k.acc_dtype)
-        data = self._common(k, [*k.shape, *k.reduced, *self._all_exprs(k.value)])
+        data = self._common(k, [*k.shape, *k.reduced, *scalar.index_exprs(k.value)])
         data.update(loops=loops, rloops=rloops, body=writer.lines, hoisted=writer.hoisted,
                     value=f"static_cast<{acc_ctype}>({value})",
                     acc_ctype=acc_ctype, init=init, combine=combine, arg=k.op in ("argmax", "argmin"), ridx=ridx,

@@ -375,22 +375,6 @@ class TritonRenderer:
             errors=tuple(meta["errors"]))
         return rendered, meta["grid"]
 
-    def _all_exprs(self, node: Node) -> list[sympy.Expr]:
-        out: list[sympy.Expr] = []
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Load):
-                out.append(n.index)
-                for ind in n.indirect:
-                    out.append(ind.size)
-                    stack.append(ind.value)
-            elif isinstance(n, IndexValue):
-                out.append(n.expr)
-            elif isinstance(n, Op):
-                stack.extend(n.args)
-        return out
-
     @staticmethod
     def _decompose(prefix: str, flat: str, shape: tuple[sympy.Expr, ...], index) -> list[dict[str, str]]:
         """Loop indices of `shape` from a flat row-major index: i_d = (flat // stride_d) % size_d."""
@@ -421,7 +405,7 @@ class TritonRenderer:
         numel = product(k.shape)
         xblock = min(1024, max(16, next_pow2(self._max(numel))))
         constexprs = {"XBLOCK": xblock}
-        params = self._params(k, [*k.shape, *self._all_exprs(k.value)], bool(writer.checks), constexprs)
+        params = self._params(k, [*k.shape, *scalar.index_exprs(k.value)], bool(writer.checks), constexprs)
         return {
             **params, "numel": writer.index(numel), "indices": self._decompose("i", "x", k.shape, writer.index),
             "body": writer.lines, "checks": _checks(writer.checks), "store_value": self._store(value, out_dtype),
@@ -438,7 +422,7 @@ class TritonRenderer:
         rblock = min(2048, max(16, next_pow2(self._max(rnumel))))
         xblock = max(1, min(next_pow2(self._max(xnumel)), 4096 // rblock, 64))
         constexprs = {"XBLOCK": xblock, "RBLOCK": rblock}
-        params = self._params(k, [*k.shape, *k.reduced, *self._all_exprs(k.value)], bool(writer.checks), constexprs)
+        params = self._params(k, [*k.shape, *k.reduced, *scalar.index_exprs(k.value)], bool(writer.checks), constexprs)
         acc = _reduction_parts(k.op, k.acc_dtype)
         result = acc.pop("result")
         return {

@@ -108,3 +108,21 @@ def loads(node: Node) -> list[Load]:
         elif isinstance(n, Op):
             stack.extend(n.args)
     return out
+
+
+def index_exprs(node: Node) -> list[sympy.Expr]:
+    """Every size expression the tree uses: load offsets, indirect bounds, index values (a kernel's symbols)."""
+    out: list[sympy.Expr] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Load):
+            out.append(n.index)
+            for ind in n.indirect:
+                out.append(ind.size)
+                stack.append(ind.value)
+        elif isinstance(n, IndexValue):
+            out.append(n.expr)
+        elif isinstance(n, Op):
+            stack.extend(n.args)
+    return out
