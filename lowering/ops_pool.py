@@ -46,15 +46,26 @@ def _once(ctx: GraphLowering, x: TensorValue, kernel: tuple[int, int], stride: t
     return ctx.realize(x) if overlapping and x.view is None else x
 
 
+def _always_inside(padding: tuple[int, int], ceil_mode: bool) -> bool:
+    """Without padding and ceil mode, the last window ends at or before the input's last element, so window
+    reads need no clamp or select: their loads stay affine in the output index and vectorise."""
+    return padding == (0, 0) and not ceil_mode
+
+
 def _window_loads(x: TensorValue, idx: tuple, kernel: tuple[int, int], stride: tuple[int, int],
-                  padding: tuple[int, int], dilation: tuple[int, int]) -> list[tuple[Node, Node]]:
-    """(inside?, value) for every window position of output index idx (N, C, oh, ow)."""
+                  padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> list[tuple[Node | None, Node]]:
+    """(inside?, value) for every window position of output index idx (N, C, oh, ow); inside? is None
+    where the position is always inside the input."""
     h, w = x.shape[-2], x.shape[-1]
+    exact = _always_inside(padding, ceil_mode)
     out = []
     for a in range(kernel[0]):
         for b in range(kernel[1]):
             hi = idx[-2] * stride[0] - padding[0] + a * dilation[0]
             wi = idx[-1] * stride[1] - padding[1] + b * dilation[1]
+            if exact:
+                out.append((None, x.loader(tuple(idx[:-2]) + (hi, wi))))
+                continue
             value = x.loader(tuple(idx[:-2]) + (_clamped(hi, h), _clamped(wi, w)))
             inside = Op("logical_and", (_inside(hi, h), _inside(wi, w)), "bool")
             out.append((inside, value))
@@ -75,8 +86,8 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     def load(idx: tuple) -> Node:
         best: Node | None = None
         lowest = cast(neg_inf, x.dtype) if neg_inf is not None else Const(torch.iinfo(getattr(torch, x.dtype)).min, x.dtype)
-        for inside, value in _window_loads(x, idx, kernel, stride2, _pair(padding), _pair(dilation)):
-            value = Op("where", (inside, value, lowest), x.dtype)
+        for inside, value in _window_loads(x, idx, kernel, stride2, _pair(padding), _pair(dilation), ceil_mode):
+            value = value if inside is None else Op("where", (inside, value, lowest), x.dtype)
             best = value if best is None else Op("maximum", (best, value), x.dtype)
         return best
 
@@ -99,11 +110,13 @@ def _avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
 
     def load(idx: tuple) -> Node:
         total: Node | None = None
-        for inside, value in _window_loads(x, idx, kernel, stride2, pad, (1, 1)):
-            value = Op("where", (inside, cast(value, acc), Const(0.0, acc)), acc)
+        for inside, value in _window_loads(x, idx, kernel, stride2, pad, (1, 1), ceil_mode):
+            value = cast(value, acc) if inside is None else Op("where", (inside, cast(value, acc), Const(0.0, acc)), acc)
             total = value if total is None else Op("add", (total, value), acc)
         if divisor_override:
             divisor: Node = Const(float(divisor_override), acc)
+        elif _always_inside(pad, ceil_mode):
+            divisor = Const(float(kernel[0] * kernel[1]), acc)
         else:
             # Same window arithmetic as ATen: clipped to the padded input, then (optionally) to the input.
             hs, ws = idx[-2] * stride2[0] - pad[0], idx[-1] * stride2[1] - pad[1]
