@@ -88,10 +88,9 @@ def _pair(value: Any, rank: int) -> tuple[int, int]:
 def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
                  stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                  groups: int) -> TensorValue:
-    """Convolution as a matrix product (im2col): one row per output position, one column per input channel
-    and kernel tap, so it runs on the matmul kernel (and a weight is packed at export like a linear's).
-    The column matrix is an elementwise gather with zero padding; the bias and the NCHW layout of the
-    result stay lazy and fuse into whatever reads the output."""
+    """Convolution as a matrix product (im2col): one column per output position, one row per input channel
+    and kernel tap, so it runs on the matmul kernel. The column matrix is a gather from the input, zero
+    padded once beforehand; the bias and the NCHW layout of the result stay lazy and fuse into its reader."""
     spatial = x.rank - 2
     if transposed:
         raise UnsupportedError("transposed convolution (ConvTranspose) is not supported yet")
@@ -105,43 +104,59 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     stride2, padding2, dilation2 = _pair(stride, spatial), _pair(padding, spatial), _pair(dilation, spatial)
     if spatial == 1:
         padding2 = (0, padding2[1])
-    n, c_in, h, w = x.shape
     c_out, c_group, kh, kw = (int(s) for s in weight.shape)
-    if x.view is None and kh * kw > 1:  # the columns read each input element kh*kw times: compute it once
+    if x.view is None and (kh * kw > 1 or padding2 != (0, 0)):
+        # The columns read each input element kh*kw times: compute it once. Computed before padding, where
+        # its own loads stay free of the padding's clamps and vectorise.
         x = ctx.realize(x)
+    if padding2 != (0, 0):
+        x = ctx.realize(_zero_padded(x, padding2))
+    n = x.shape[0]
     g = int(groups)
     out_h = sympy.Integer(1) if spatial == 1 else out_shape[2]
     out_w = out_shape[-1]
     taps = c_group * kh * kw
-    rows = n * out_h * out_w
 
     # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order
-    # and needs no division per element; the matmul reads it transposed, as [group, (n, oh, ow), (c, a, b)].
+    # and needs no division per element. Every tap lies inside the padded input, so its reads are affine in
+    # the output position, with no clamp or select: the gather vectorises.
     def column(idx: tuple) -> Any:
         gi, t, ni, oh, ow = idx
         c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
-        hi = oh * stride2[0] - padding2[0] + a * dilation2[0]
-        wi = ow * stride2[1] - padding2[1] + b * dilation2[1]
-        value = x.loader((ni, gi * c_group + c, sympy.Max(0, sympy.Min(hi, h - 1)), sympy.Max(0, sympy.Min(wi, w - 1))))
-        inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
-        return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
+        return x.loader((ni, gi * c_group + c, oh * stride2[0] + a * dilation2[0], ow * stride2[1] + b * dilation2[1]))
 
     cols = ctx.realize(TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column))
-    cols = V.permute(V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), rows)), (0, 2, 1))
-    # weight [g * c_out/g, c_group, kh, kw] as [g, taps, c_out/g]
-    w_mat = V.permute(V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps))), (0, 2, 1))
-    product = matmul_values(ctx, cols, w_mat, x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node))
+    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * out_h * out_w))
+    # The weight [g * c_out/g, c_group, kh, kw] is the left operand, [g, c_out/g, taps], so the product
+    # [g, c_out/g, (n, oh, ow)] is channel-major: readers of the NCHW result (pooling, batch norm) read
+    # contiguous rows, and the columns are the right operand's rows, copied into panels without transposing.
+    w_mat = V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps)))
+    product = matmul_values(ctx, w_mat, cols, x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node))
 
-    def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), (n, oh, ow), co % (c_out/g)]
+    def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), co % (c_out/g), (n, oh, ow)]
         ni, co = idx[0], idx[1]
         oh, ow = (idx[2], idx[3]) if spatial == 2 else (sympy.Integer(0), idx[2])
         r = (ni * out_h + oh) * out_w + ow
-        value = product.loader((FloorDiv(co, c_out // g), r, ModularIndexing(co, 1, c_out // g)))
+        value = product.loader((FloorDiv(co, c_out // g), ModularIndexing(co, 1, c_out // g), r))
         if bias is not None:
             value = Op("add", (value, cast(bias.loader((co,)), value.dtype)), value.dtype)
         return cast(value, ctx.dtype_of(node))
 
     return TensorValue(ctx.dtype_of(node), out_shape, load)
+
+
+def _zero_padded(x: TensorValue, padding: tuple[int, int]) -> TensorValue:
+    """x [n, c, h, w] with `padding` zeros on both sides of h and w."""
+    n, c, h, w = x.shape
+    ph, pw = padding
+
+    def load(idx: tuple) -> Any:
+        ni, ci, hi, wi = idx[0], idx[1], idx[2] - ph, idx[3] - pw
+        value = x.loader((ni, ci, sympy.Max(0, sympy.Min(hi, h - 1)), sympy.Max(0, sympy.Min(wi, w - 1))))
+        inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
+        return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
+
+    return TensorValue(x.dtype, (n, c, h + 2 * ph, w + 2 * pw), load)
 
 
 def _in_range(i: sympy.Expr, size: sympy.Expr) -> Any:
