@@ -87,7 +87,8 @@ def _explained(exc: Exception, ctx: CaptureContext) -> CaptureError:
 
 
 def decomposition_table(extra: Mapping[Any, Callable[..., Any]] | None) -> Any:
-    """torch's default table (everything to core ATen) with the lowering's own entries on top."""
+    """torch's default table (everything to core ATen) with the lowering's own entries on top; an entry of
+    None takes the op out of the table, so the graph keeps it for the lowering's own fused kernel."""
     default = getattr(torch.export, "default_decompositions", None)
     if default is not None:
         table = default()
@@ -96,7 +97,10 @@ def decomposition_table(extra: Mapping[Any, Callable[..., Any]] | None) -> Any:
 
         table = dict(core_aten_decompositions())
     for op, fn in (extra or {}).items():
-        table[op] = fn
+        if fn is None:
+            table.pop(op, None)
+        else:
+            table[op] = fn
     return table
 
 

@@ -18,7 +18,7 @@ import sympy
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import AttentionKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, to_cpp
 
@@ -275,6 +275,8 @@ class KernelRenderer:
         elif isinstance(kernel, MatmulKernel):
             data = self._matmul(kernel)
             template = "matmul.cpp.jinja" if kernel.dtype in ("float32", "float16", "bfloat16") else "matmul_generic.cpp.jinja"
+        elif isinstance(kernel, AttentionKernel):
+            data, template = self._attention(kernel), "attention.cpp.jinja"
         else:
             raise UnsupportedError(f"no C++ template for {type(kernel).__name__}")
         body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
@@ -331,6 +333,10 @@ class KernelRenderer:
         if isinstance(kernel, MatmulKernel) and kernel.dtype in ("float32", "float16", "bfloat16"):
             b = self.MATMUL_BLOCKS
             return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"])
+        if isinstance(kernel, AttentionKernel):
+            bm, bn = self.ATTENTION_BLOCKS["bm"], self.ATTENTION_BLOCKS["bn"]
+            d, dvp = int(kernel.head_dim), _round_up(int(kernel.value_dim), 16)
+            return 4 * (bm * d + bn * d + bm * bn + bn * dvp + bm * dvp + 2 * bm)
         return 0
 
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
@@ -360,6 +366,46 @@ class KernelRenderer:
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
         return data
+    # A task of the attention kernel (templates/cpp/attention.cpp.jinja) owns BM query rows (a multiple of the
+    # micro-kernel's 6) and walks the keys BN (a multiple of 16) at a time: with head dim 64 the q rows, k
+    # panels and scores of a block take 32 KiB, about L1.
+    ATTENTION_BLOCKS = {"bm": 48, "bn": 64}
+
+    def _attention(self, k: AttentionKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
+        writer = BodyWriter(arg_names, {**sym_names, **loop_vars}, frozenset({index_var("i", 3)}))
+        score = "srow[j]"
+        if k.mask is not None:
+            mask = writer.value(k.mask)
+            score = f"({mask} ? {score} : -INFINITY)" if k.mask.dtype == "bool" else f"{score} + static_cast<float>({mask})"
+        if k.causal:
+            score = f"(i3 > i2 ? -INFINITY : {score})"
+        views = {"q": k.q, "k": k.k, "v": k.v}
+        dtypes = {name: self.program.buffers[view.buffer].dtype for name, view in views.items()}
+        exprs = [k.batch, k.heads, k.q_len, k.kv_len]
+        for view in views.values():
+            exprs += [view.offset, *view.strides]
+        if k.mask is not None:
+            exprs += scalar.index_exprs(k.mask)
+        data = self._common(k, exprs)
+        data.update(self.ATTENTION_BLOCKS, batch=writer.index(k.batch), heads=writer.index(k.heads),
+                    group=str(int(k.heads) // int(k.kv_heads)), q_len=writer.index(k.q_len),
+                    kv_len=writer.index(k.kv_len), head_dim=int(k.head_dim), value_dim=int(k.value_dim),
+                    value_dim_padded=_round_up(int(k.value_dim), 16), scale=f"{k.scale!r}f", causal=k.causal,
+                    mask=k.mask is not None, mask_lines=writer.lines, mask_hoisted=writer.hoisted,
+                    masked_score=score, out_ctype=STORAGE_CTYPE[k.dtype],
+                    store=store_to_storage("acc[i * DVP + d] * inv", k.dtype))
+        for name, view in views.items():
+            element = {"q": "qb[i * q_si + d * q_sd]", "k": "row[d * k_sd]", "v": "row[d * v_sd]"}[name]
+            data.update({name: self._view(view, writer), f"{name}_ctype": STORAGE_CTYPE[dtypes[name]],
+                         f"{name}_name": arg_names[view.buffer],
+                         f"load_{name}": f"static_cast<float>({load_from_storage(element, dtypes[name])})"})
+        return data
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 # Partial accumulators of a reduction over one dim: 8 floats fill one AVX2 register.

@@ -25,9 +25,9 @@ from torch.utils._sympy import functions as tf
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import AttentionKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
 from .scalar import Const, IndexValue, Load, Node, Op
-from .symbolic import contiguous_strides, product, upper_bound
+from .symbolic import contiguous_strides, index_var, product, upper_bound
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "triton"
 
@@ -362,6 +362,8 @@ class TritonRenderer:
             data, template = self._reduction(kernel), "reduction.py.jinja"
         elif isinstance(kernel, MatmulKernel):
             data, template = self._matmul(kernel), "matmul.py.jinja"
+        elif isinstance(kernel, AttentionKernel):
+            data, template = self._attention(kernel), "attention.py.jinja"
         else:
             raise UnsupportedError(f"no Triton template for {type(kernel).__name__}")
         meta = data.pop("meta")
@@ -473,6 +475,43 @@ class TritonRenderer:
             "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
                      "num_stages": 3, "errors": [], "grid": grid},
         }
+    def _attention(self, k: AttentionKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        # The mask's index variables: b and h are the program's scalars, i and j its row and key blocks.
+        loop_vars = {index_var("i", 0): "i0", index_var("i", 1): "i1", index_var("i", 2): "i2",
+                     index_var("i", 3): "i3"}
+        writer = TritonBodyWriter(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero")
+        score = "s"
+        if k.mask is not None:
+            mask = writer.value(k.mask)
+            score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
+        head_dim, value_dim = int(k.head_dim), int(k.value_dim)
+        wide = k.dtype == "float32"
+        bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
+        q_max = self._max(k.q_len)
+        # float32 operands take twice the shared memory and registers of half ones: smaller blocks.
+        bm = min(64 if wide or bd > 64 else 128, max(16, next_pow2(q_max)))
+        bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self._max(k.kv_len))))
+        constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
+        exprs = [k.heads, k.q_len, k.kv_len, *scalar.index_exprs(k.mask)] if k.mask is not None else \
+            [k.heads, k.q_len, k.kv_len]
+        views = {"q": k.q, "k": k.k, "v": k.v}
+        for view in views.values():
+            exprs += [view.offset, *view.strides]
+        params = self._params(k, exprs, bool(writer.checks), constexprs)
+        data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
+                "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
+                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "mask": k.mask is not None,
+                "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
+                "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
+                "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bdv >= 128 * 64 else 4, "num_stages": 2,
+                         "errors": [c.what for c in writer.checks],
+                         "grid": (_cdiv(k.q_len, bm), k.batch * k.heads, sympy.Integer(1))}}
+        for name, view in views.items():
+            data[name] = self._view(view, writer)
+            data[f"{name}_name"] = arg_names[view.buffer]
+        return data
+
 
 def _checks(checks: list[Check]) -> list[dict[str, Any]]:
     return [{"condition": c.condition, "code": i + 1} for i, c in enumerate(checks)]

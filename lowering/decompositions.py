@@ -27,30 +27,18 @@ _DECOMPOSED = [
     "addmv", "dist", "round", "ldexp", "trace",
 ]
 
-
-def _flash_attention_for_cpu(query: Any, key: Any, value: Any, dropout_p: float = 0.0, is_causal: bool = False,
-                             *, attn_mask: Any = None, scale: Any = None) -> tuple[Any, Any]:
-    """sdpa as torch.export records it on CPU, decomposed to the math form with the *same output strides*.
-
-    The op's meta allocates its output like `query`, so a model that transposes it back and calls
-    .contiguous() (a no-op then, not traced) and .view() (Hugging Face's GPT-2) is valid at capture. torch's
-    own decomposition returns another layout, on which that view fails while decomposing ("Cannot view a
-    tensor with shape ... and strides ..."). Copying into empty_like(query) keeps the captured layout; the
-    lowering, which works on index functions, makes the copy free.
-    """
-    output, attn = aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-        enable_gqa=query.size(1) != key.size(1),
-    )
-    return aten.copy.default(torch.empty_like(query), output), attn
+# Ops the lowering has a fused kernel for, kept out of torch's default table (None: do not decompose).
+# sdpa as torch.export records it on CPU: lowering/ops_attention.py, one pass with no stored scores.
+_KEPT_WHOLE = ["_scaled_dot_product_flash_attention_for_cpu"]
 
 
 def decompositions() -> dict[Any, Any]:
+    """The lowering's table on top of torch's: op -> decomposition, or None for an op it must see whole."""
     ops = [getattr(aten, name) for name in _DECOMPOSED if hasattr(aten, name)]
     table = get_decompositions(ops)
-    flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if flash is not None:
-        table[flash.default] = _flash_attention_for_cpu
+    for name in _KEPT_WHOLE:
+        if hasattr(aten, name):
+            table[getattr(aten, name).default] = None
     for op in (aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec):
         if op in table:
             table[op] = _floats_only(table[op])

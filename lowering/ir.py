@@ -94,7 +94,43 @@ class MatmulKernel:
         return tuple(dict.fromkeys((self.a.buffer, self.b.buffer)))
 
 
-Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel]
+@dataclass(frozen=True)
+class AttentionKernel:
+    """Scaled dot-product attention in one pass (flash-style: scores never leave the kernel).
+
+    out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) * v[b, h // group, j, :], where
+    s = scale * q[b, h, i, :] . k[b, h // group, j, :] (+ mask, or -inf where a boolean mask is false, or
+    where `causal` and j > i) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
+    [batch, heads, rows, dim] views. `mask` is a scalar expression of the index variables i0..i3 (b, h, i, j),
+    so a mask computed from inputs (padding, causal, ALiBi) is fused instead of stored. The output is
+    contiguous [batch, q_len, heads, value_dim]: the layout models reshape attention's result into.
+    A row whose scores are all -inf gets zeros, as torch's CPU flash kernel does.
+    """
+
+    output: str
+    q: StridedView
+    k: StridedView
+    v: StridedView
+    batch: sympy.Expr
+    heads: sympy.Expr
+    kv_heads: sympy.Expr
+    q_len: sympy.Expr
+    kv_len: sympy.Expr
+    head_dim: sympy.Expr
+    value_dim: sympy.Expr
+    scale: float
+    causal: bool
+    mask: Node | None
+    dtype: str
+
+    family = "attention"
+
+    def reads(self) -> tuple[str, ...]:
+        mask_reads = _buffers_of(self.mask) if self.mask is not None else ()
+        return tuple(dict.fromkeys((self.q.buffer, self.k.buffer, self.v.buffer, *mask_reads)))
+
+
+Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel, AttentionKernel]
 
 
 def _buffers_of(node: Node) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import ops_index, ops_linalg, ops_pointwise, ops_pool, ops_reduce, ops_views  # noqa: F401  (registration)
+from . import ops_attention, ops_index, ops_linalg, ops_pointwise, ops_pool, ops_reduce, ops_views  # noqa: F401  (registration)
 from .codegen_cpp import RenderedLibrary, render_library
 from .codegen_triton import TritonLibrary, render_triton_library
 from .compile_cpp import compile_library
