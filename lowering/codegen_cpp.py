@@ -18,7 +18,16 @@ import sympy
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import AttentionKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import (
+    AttentionKernel,
+    Kernel,
+    MatmulKernel,
+    PointwiseKernel,
+    Program,
+    ReductionKernel,
+    ScatterKernel,
+    StridedView,
+)
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, to_cpp
 
@@ -127,6 +136,11 @@ class BodyWriter:
         return out
 
     def _load(self, node: Load) -> str:
+        element = f"{self.arg_names[node.buffer]}[{self.offset(node)}]"
+        return self._tmp(COMPUTE_CTYPE[node.dtype], load_from_storage(element, node.dtype))
+
+    def offset(self, node: Load) -> str:
+        """The element offset `node` addresses, its indices from data checked (a bad one reported, then 0)."""
         extra = {}
         for ind in node.indirect:
             position = self.value(ind.value)
@@ -134,8 +148,7 @@ class BodyWriter:
             checked = self._tmp("int64_t", f'aotpack_check_index(ctx, static_cast<int64_t>({position}), '
                                            f'{self.index(ind.size)}, {"true" if ind.wrap else "false"}, "{what}")')
             extra[ind.var] = checked
-        element = f"{self.arg_names[node.buffer]}[{self.split_index(node.index, extra)}]"
-        return self._tmp(COMPUTE_CTYPE[node.dtype], load_from_storage(element, node.dtype))
+        return self.split_index(node.index, extra)
 
     def split_index(self, index: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
         extra = extra or {}
@@ -272,6 +285,8 @@ class KernelRenderer:
             data, template = self._pointwise(kernel), "pointwise.cpp.jinja"
         elif isinstance(kernel, ReductionKernel):
             data, template = self._reduction(kernel), "reduction.cpp.jinja"
+        elif isinstance(kernel, ScatterKernel):
+            data, template = self._scatter(kernel), "scatter.cpp.jinja"
         elif isinstance(kernel, MatmulKernel):
             data = self._matmul(kernel)
             template = "matmul.cpp.jinja" if kernel.dtype in ("float32", "float16", "bfloat16") else "matmul_generic.cpp.jinja"
@@ -321,6 +336,24 @@ class KernelRenderer:
                     op=k.op, store_value=store_to_storage(result, k.out_dtype))
         return data
 
+    def _scatter(self, k: ScatterKernel) -> dict[str, Any]:
+        arg_names, sym_names = self._names(k)
+        writer = BodyWriter(arg_names, sym_names)
+        value = writer.value(k.value)
+        target = writer.offset(k.target)
+        dtype = self.program.buffers[k.output].dtype
+        ctype = COMPUTE_CTYPE[dtype]
+        old = load_from_storage("out[dst]", dtype)
+        combined = {"assign": "v", "sum": f"static_cast<{ctype}>({old} + v)", "prod": f"static_cast<{ctype}>({old} * v)",
+                    "max": f"aotpack_maximum<{ctype}>({old}, v)", "min": f"aotpack_minimum<{ctype}>({old}, v)"}
+        if k.op not in combined:
+            raise UnsupportedError(f"scatter {k.op} has no C++ form")
+        data = self._common(k, [*k.shape, *scalar.index_exprs(k.value), *scalar.index_exprs(k.target)])
+        data.update(loops=[{"var": f"u{d}", "size": writer.index(s)} for d, s in enumerate(k.shape)],
+                    body=writer.lines, ctype=ctype, value=value, target=target, op=k.op,
+                    store_value=store_to_storage(combined[k.op], dtype))
+        return data
+
     def _view(self, view: StridedView, writer: BodyWriter) -> dict[str, Any]:
         return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
 
@@ -366,6 +399,7 @@ class KernelRenderer:
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
         return data
+
     # A task of the attention kernel (templates/cpp/attention.cpp.jinja) owns BM query rows (a multiple of the
     # micro-kernel's 6) and walks the keys BN (a multiple of 16) at a time: with head dim 64 the q rows, k
     # panels and scores of a block take 32 KiB, about L1.

@@ -25,7 +25,16 @@ from torch.utils._sympy import functions as tf
 
 from ..errors import UnsupportedError
 from . import scalar
-from .ir import AttentionKernel, Kernel, MatmulKernel, PointwiseKernel, Program, ReductionKernel, StridedView
+from .ir import (
+    AttentionKernel,
+    Kernel,
+    MatmulKernel,
+    PointwiseKernel,
+    Program,
+    ReductionKernel,
+    ScatterKernel,
+    StridedView,
+)
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, product, upper_bound
 
@@ -195,6 +204,18 @@ class TritonBodyWriter:
         return out
 
     def _load(self, node: Load) -> str:
+        # `zero` (a block of zeros of the mask's shape) makes every pointer a block of that shape, whatever
+        # loop indices the position uses: tl.load refuses a block mask on a scalar or narrower pointer.
+        ptr = f"{self.arg_names[node.buffer]} + {self.offset(node)} + {self.zero}"
+        loaded = f"tl.load({ptr}, mask={self.mask}, other=0)"
+        if node.dtype == "bool":
+            return self._tmp(f"{loaded} != 0")
+        if node.dtype in ("float16", "bfloat16"):
+            return self._tmp(f"{loaded}.to(tl.float32)")
+        return self._tmp(loaded)
+
+    def offset(self, node: Load) -> str:
+        """The element offset `node` addresses; an index from data out of range sets the error flag, reads 0."""
         extra = {}
         for ind in node.indirect:
             position = self.value(ind.value)
@@ -205,15 +226,7 @@ class TritonBodyWriter:
             bad = self._tmp(f"({pos} < 0) | ({pos} >= {size})")
             self.checks.append(Check(bad, ind.what))
             extra[ind.var] = self._tmp(f"tl.where({bad}, 0, {pos})")
-        # `zero` (a block of zeros of the mask's shape) makes every pointer a block of that shape, whatever
-        # loop indices the position uses: tl.load refuses a block mask on a scalar or narrower pointer.
-        ptr = f"{self.arg_names[node.buffer]} + {self.index(node.index, extra)} + {self.zero}"
-        loaded = f"tl.load({ptr}, mask={self.mask}, other=0)"
-        if node.dtype == "bool":
-            return self._tmp(f"{loaded} != 0")
-        if node.dtype in ("float16", "bfloat16"):
-            return self._tmp(f"{loaded}.to(tl.float32)")
-        return self._tmp(loaded)
+        return self.index(node.index, extra)
 
     def _op(self, node: Op) -> str:
         args = [self.value(a) for a in node.args]
@@ -360,6 +373,8 @@ class TritonRenderer:
             data, template = self._pointwise(kernel), "pointwise.py.jinja"
         elif isinstance(kernel, ReductionKernel):
             data, template = self._reduction(kernel), "reduction.py.jinja"
+        elif isinstance(kernel, ScatterKernel):
+            data, template = self._scatter(kernel), "scatter.py.jinja"
         elif isinstance(kernel, MatmulKernel):
             data, template = self._matmul(kernel), "matmul.py.jinja"
         elif isinstance(kernel, AttentionKernel):
@@ -436,6 +451,40 @@ class TritonRenderer:
             "meta": {"constexprs": constexprs, "num_warps": 8 if xblock * rblock >= 2048 else 4, "num_stages": 1,
                      "errors": [c.what for c in writer.checks],
                      "grid": (_cdiv(xnumel, xblock), sympy.Integer(1), sympy.Integer(1))},
+        }
+
+    def _scatter(self, k: ScatterKernel) -> dict[str, Any]:
+        """Folding updates run in one program, one at a time and in order (deterministic, whatever repeats);
+        assignments run in parallel, UBLOCK per program."""
+        arg_names, sym_names = self._names(k)
+        writer = TritonBodyWriter(arg_names, sym_names, "umask", zero="uzero")
+        value = writer.value(k.value)
+        target = writer.offset(k.target)
+        dtype = self.program.buffers[k.output].dtype
+        numel = product(k.shape)
+        serial = k.op != "assign"
+        ublock = 1 if serial else min(1024, max(16, next_pow2(self._max(numel))))
+        constexprs = {"UBLOCK": ublock}
+        exprs = [*k.shape, *scalar.index_exprs(k.value), *scalar.index_exprs(k.target)]
+        params = self._params(k, exprs, bool(writer.checks), constexprs)
+        old = "(old != 0)" if dtype == "bool" else "old"
+        if dtype == "bool":  # bool sums and maxima are "or", products and minima "and"
+            fold = {"sum": "{a} | {b}", "prod": "{a} & {b}", "max": "{a} | {b}", "min": "{a} & {b}"}
+        elif scalar.is_float(dtype):
+            fold = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "_maximum_nan({a}, {b})",
+                    "min": "_minimum_nan({a}, {b})"}
+        else:
+            fold = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
+        if k.op != "assign" and k.op not in fold:
+            raise UnsupportedError(f"scatter {k.op} has no Triton form")
+        combined = "v" if k.op == "assign" else fold[k.op].format(a=f"{old}.to({COMPUTE_TL[dtype]})", b="v")
+        return {
+            **params, "numel": writer.index(numel), "indices": self._decompose("u", "u", k.shape, writer.index),
+            "body": writer.lines, "checks": _checks(writer.checks), "value": value, "target": target,
+            "serial": serial, "op": k.op, "store_value": self._store(combined, dtype),
+            "meta": {"constexprs": constexprs, "num_warps": 1 if serial else 4, "num_stages": 1,
+                     "errors": [c.what for c in writer.checks],
+                     "grid": (sympy.Integer(1) if serial else _cdiv(numel, ublock), sympy.Integer(1), sympy.Integer(1))},
         }
 
     def _view(self, view: StridedView, writer: TritonBodyWriter) -> dict[str, Any]:

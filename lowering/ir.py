@@ -12,7 +12,7 @@ from typing import Union
 import sympy
 
 from . import scalar
-from .scalar import Node
+from .scalar import Load, Node
 
 BUFFER_KINDS = ("input", "weight", "arena", "output")
 
@@ -67,6 +67,30 @@ class ReductionKernel:
 
     def reads(self) -> tuple[str, ...]:
         return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class ScatterKernel:
+    """Updates `output` in place, after an earlier step wrote it: for every index (u0, u1, ...) of `shape`, in
+    row-major order, output[target] = op(output[target], value); op "assign" just stores value.
+
+    `target` is a Load of the output whose offset and indices taken from data (checked like any indirect read)
+    are over u0, u1, ...; so is `value`, already of the output's dtype. Folding updates ("sum", "prod", "max",
+    "min"; max/min propagate NaN) run one after another, so repeated targets fold deterministically; which of
+    several "assign"s to one target wins is unspecified, as in eager.
+    """
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    target: Load
+    value: Node
+    op: str
+
+    family = "scatter"
+
+    def reads(self) -> tuple[str, ...]:
+        nodes = (self.value, *(i.value for i in self.target.indirect))
+        return tuple(dict.fromkeys(b for node in nodes for b in _buffers_of(node)))
 
 
 @dataclass(frozen=True)
@@ -130,7 +154,7 @@ class AttentionKernel:
         return tuple(dict.fromkeys((self.q.buffer, self.k.buffer, self.v.buffer, *mask_reads)))
 
 
-Kernel = Union[PointwiseKernel, ReductionKernel, MatmulKernel, AttentionKernel]
+Kernel = Union[PointwiseKernel, ReductionKernel, ScatterKernel, MatmulKernel, AttentionKernel]
 
 
 def _buffers_of(node: Node) -> tuple[str, ...]:

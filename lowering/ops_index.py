@@ -20,7 +20,7 @@ from .values import TensorValue, broadcast_to, unsqueeze
 aten = OptionalOps(torch.ops.aten)
 
 
-def _indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what: str, wrap: bool) -> Node:
+def indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what: str, wrap: bool) -> Node:
     """x[idx] with idx[dim] taken from data: checked, clamped, and reported if out of range."""
     if x.rank == 0:  # a 0-d tensor indexes like one of shape [1]
         x, idx, dim = unsqueeze(x, 0), [sympy.Integer(0)], 0
@@ -29,17 +29,17 @@ def _indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, wha
     idx[dim] = var
     node = x.loader(tuple(idx))
     indirect = Indirect(var, cast(position, "int64"), x.shape[dim], wrap, what)
-    return _attach(node, indirect)
+    return attach_indirect(node, indirect)
 
 
-def _attach(node: Node, indirect: Indirect) -> Node:
+def attach_indirect(node: Node, indirect: Indirect) -> Node:
     """Adds `indirect` to every load whose index uses its variable."""
     if isinstance(node, Load):
         if indirect.var in node.index.free_symbols:
             return Load(node.buffer, node.index, node.dtype, node.indirect + (indirect,))
         return node
     if isinstance(node, Op):
-        return Op(node.name, tuple(_attach(a, indirect) for a in node.args), node.dtype)
+        return Op(node.name, tuple(attach_indirect(a, indirect) for a in node.args), node.dtype)
     return node
 
 
@@ -48,7 +48,7 @@ def _embedding(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue, ind
     what = f"embedding at {ctx.where()}: an index is outside 0..{weight.shape[0]}-1"
 
     def load(idx: tuple) -> Node:
-        return _indirect_load(weight, [sympy.Integer(0), idx[-1]], 0, indices.loader(idx[:-1]), what, False)
+        return indirect_load(weight, [sympy.Integer(0), idx[-1]], 0, indices.loader(idx[:-1]), what, False)
 
     return TensorValue(weight.dtype, ctx.shape_of(node), load)
 
@@ -60,7 +60,7 @@ def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: 
 
     def load(idx: tuple) -> Node:
         pos = index.loader((idx[dim],) if index.rank and x.rank else ())
-        return _indirect_load(x, list(idx), dim, pos, what, False)
+        return indirect_load(x, list(idx), dim, pos, what, False)
 
     return TensorValue(x.dtype, ctx.shape_of(node), load)
 
@@ -71,7 +71,7 @@ def _gather(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, i
     what = f"gather at {ctx.where()}: an index is outside the dimension"
 
     def load(idx: tuple) -> Node:
-        return _indirect_load(x, list(idx), dim, index.loader(idx), what, False)
+        return indirect_load(x, list(idx), dim, index.loader(idx), what, False)
 
     return TensorValue(x.dtype, ctx.shape_of(node), load)
 
@@ -103,7 +103,7 @@ def _index(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, indices: lis
         node_value = x.loader(tuple(src))
         for d in indexed:
             pos = broadcast_to(indices[d], bshape).loader(bidx)
-            node_value = _attach(node_value, Indirect(sympy.Symbol(f"x{d}", integer=True), cast(pos, "int64"),
+            node_value = attach_indirect(node_value, Indirect(sympy.Symbol(f"x{d}", integer=True), cast(pos, "int64"),
                                                       x.shape[d], True, what))
         return node_value
 

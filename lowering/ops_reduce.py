@@ -118,10 +118,13 @@ def _var(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dims: Any = No
 
 @lowers(aten.cumsum.default, aten.cumprod.default)
 def _cumulative(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, *, dtype: Any = None) -> TensorValue:
-    """out[..., j, ...] = fold over k <= j: a reduction over the whole dim with the tail masked out."""
-    out = ctx.dtype_of(node)
+    return cumulative(ctx, x, dim, "sum" if node.target is aten.cumsum.default else "prod", ctx.dtype_of(node))
+
+
+def cumulative(ctx: GraphLowering, x: TensorValue, dim: int, op: str, out: str) -> TensorValue:
+    """Running sum or product of x along dim in dtype `out`: out[..., j, ...] = fold over k <= j, a reduction
+    over the whole dim with the tail masked out."""
     dim %= max(x.rank, 1)
-    op = "sum" if node.target is aten.cumsum.default else "prod"
     identity = 0 if op == "sum" else 1
     xf = _cast_input(x, out)
     if x.rank == 0:  # a scalar is its own running sum or product

@@ -18,15 +18,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import ops_attention, ops_index, ops_linalg, ops_pointwise, ops_pool, ops_reduce, ops_views  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    ops_attention,
+    ops_index,
+    ops_linalg,
+    ops_pointwise,
+    ops_pool,
+    ops_reduce,
+    ops_scatter,
+    ops_views,
+)
 from .codegen_cpp import RenderedLibrary, render_library
 from .codegen_triton import TritonLibrary, render_triton_library
 from .compile_cpp import compile_library
 from .graph import GraphLowering
 from .ir import MemoryPlan, Program
 from .memory import plan_memory
-from .targets import CpuTarget, Targets
 from .symbolic import to_json
+from .targets import CpuTarget, Targets
 from .verify import verify_plan, verify_program
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import AotpackError
-from .ir import BUFFER_KINDS, MemoryPlan, Program
+from .ir import BUFFER_KINDS, MemoryPlan, Program, ScatterKernel
 
 
 class IRError(AotpackError):
@@ -28,6 +28,8 @@ def verify_program(program: Program, stage: str) -> None:
         for read in step.reads():
             if read not in written:
                 fail(f"step {t} ({step.family}) reads {read} before anything writes it")
+        if isinstance(step, ScatterKernel) and step.output not in written:
+            fail(f"step {t} updates {step.output} in place before anything writes it")
         if program.buffers[step.output].kind in ("input", "weight"):
             fail(f"step {t} writes {step.output}, which is an {program.buffers[step.output].kind}")
         written.add(step.output)

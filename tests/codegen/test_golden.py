@@ -20,6 +20,7 @@ from aotpack.lowering.ir import (
     PointwiseKernel,
     Program,
     ReductionKernel,
+    ScatterKernel,
     StridedView,
     Symbol,
 )
@@ -29,6 +30,7 @@ from aotpack.lowering.symbolic import index_var, size_symbol
 GOLDEN = Path(__file__).resolve().parent / "golden"
 n = size_symbol("n")
 i0, i1, r0 = index_var("i", 0), index_var("i", 1), index_var("r", 0)
+u0, u1, x0 = index_var("u", 0), index_var("u", 1), sympy.Symbol("x0", integer=True)
 
 
 def _program(steps, buffers) -> Program:
@@ -60,6 +62,18 @@ CASES = {
                          (Indirect(sympy.Symbol("x0", integer=True), Load("x", i0, "int64"), sympy.Integer(4), False,
                                    "embedding at model.py:3: an index is outside 0..3"),)))],
         [Buffer("x", "int64", (n,), "input", "x"), Buffer("w2", "float32", (4, 8), "weight", "w2"), OUT]),
+    # out[idx[u0, u1], u1] += x[u0, u1], the index checked against out's n rows (scatter_add)
+    "scatter_add_checked_index": _program(
+        [ScatterKernel("out", (n, sympy.Integer(8)), Load("out", 8 * x0 + u1, "float32", (Indirect(
+            x0, Load("idx", 8 * u0 + u1, "int64"), n, False, "scatter_add at model.py:3: an index is outside the dimension"),)),
+            Load("x", 8 * u0 + u1, "float32"), "sum")],
+        [X, Buffer("idx", "int64", (n, sympy.Integer(8)), "input", "idx"), OUT]),
+    # out[u0, idx[u0]] = 2.0 for each of n rows (index_fill), negative indices counted from the end
+    "scatter_assign_wrapped_index": _program(
+        [ScatterKernel("out", (n,), Load("out", 8 * u0 + x0, "float32", (Indirect(
+            x0, Load("idx", u0, "int64"), sympy.Integer(8), True, "index_put at model.py:3: an index is outside the dimension"),)),
+            Const(2.0, "float32"), "assign")],
+        [X, Buffer("idx", "int64", (n,), "input", "idx"), OUT]),
     "matmul_transposed_b": _program(
         [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),

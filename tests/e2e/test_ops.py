@@ -103,6 +103,28 @@ CASES: dict[str, tuple] = {
                             [f32(4), ints(4, 4)], [0, 1], (1, 7)),
     "advanced_index": (lambda x, idx: x[idx] * 2 + x[idx, 1:2] + x[:, torch.tensor([2, 0])].sum(), [f32(3), ints(2)],
                        [0, 1], (1, 7)),
+    # Repeated targets (indices drawn from 0..n-1, n of them) must fold exactly as eager's, for ints bit for bit.
+    "index_put_accumulate": (lambda x, i, v: (torch.index_put(x, (i,), v, accumulate=True), x.index_add(0, i, v),
+                                              torch.index_put(x, (i, i % 4), v[:, 0] * 3, accumulate=True)),
+                             [f32(4), lambda n: torch.randint(0, n, (n,)), f32(4)], [0, 1, 2], (1, 9)),
+    # Assignments to a repeated target are unspecified (and differ on CUDA): those targets are distinct.
+    "scatter_reduce_family": (lambda x, i, s: (x.scatter_add(1, i, s),
+                                               x.scatter_reduce(1, i, s, "amax", include_self=False),
+                                               x.scatter_reduce(1, i, s, "mean"),
+                                               x.scatter_reduce(0, i % x.shape[0], s, "prod"),
+                                               x.scatter(1, torch.tensor([[4, 0, 2]]).expand(x.shape[0], 3), s),
+                                               x.scatter(1, i[:, :1], -2.0)),
+                              [f32(5), ints(5, 3), f32(3)], [0, 1, 2], (1, 8)),
+    "scatter_integer": (lambda x, i: (x.scatter_reduce(1, i, x[:, :3] * 7, "sum"),
+                                      x.scatter_reduce(1, i, x[:, :3] - 5, "amin", include_self=False),
+                                      x.scatter_reduce(1, i, x[:, :3] + 2, "mean", include_self=False)),
+                        [ints(100, 5), ints(5, 3)], [0, 1], (1, 8)),
+    "index_copy_fill_masked": (lambda x, m: (x.index_copy(1, torch.tensor([3, 0]), x[:, :2] * 2),
+                                             x.index_fill(1, torch.tensor([1, -1]), -1.0),
+                                             x.masked_scatter(m, x * 2 + 1),
+                                             torch.index_put(x, (m[:, 0],), torch.arange(4.0)),
+                                             x.masked_scatter(x > 0, (x * 3).flip(0))),
+                               [f32(4), lambda n: torch.rand(n, 4) > 0.5], [0, 1], (1, 7)),
     "arange_mask": (lambda x: x + torch.arange(x.shape[0]).unsqueeze(-1).float()
                     + (torch.arange(4)[None, :] <= torch.arange(x.shape[0])[:, None]).float(), [f32(4)], [0], (1, 9)),
     "mm_bmm_matmul": (lambda x, w: x @ w + torch.bmm(x.unsqueeze(0).expand(2, -1, -1), w.expand(2, -1, -1)).sum(0)
