@@ -8,9 +8,11 @@ the source, the kernel, its options, the architecture and the Triton version.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -104,6 +106,12 @@ def _ptx_version(ptx: str) -> str:
     return match.group(1) if match else ""
 
 
+def _compile_in_worker(source: str, directory: Path, kernel: TritonKernel, arch: int) -> CompiledKernel:
+    """One kernel compiled in a worker process (the module is imported there from the same file)."""
+    triton, ASTSource, GPUTarget = _require_triton()
+    return _compile_one(triton, ASTSource, GPUTarget, _load_module(source, directory), kernel, arch)
+
+
 def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arch: int) -> CompiledKernel:
     fn = getattr(module, kernel.name)
     signature = dict(kernel.signature)
@@ -139,26 +147,41 @@ def compile_triton_library(library: TritonLibrary, archs: tuple[int, ...]) -> di
     triton, ASTSource, GPUTarget = _require_triton()
     cache = knobs.cache_dir() / "cuda"
     cache.mkdir(parents=True, exist_ok=True)
-    out: dict[int, CompiledArch] = {}
-    module = None
+    compiled: dict[tuple[int, str], CompiledKernel] = {}
+    todo: list[tuple[int, TritonKernel, Path, Path]] = []
     for arch in archs:
-        kernels: dict[str, CompiledKernel] = {}
         for kernel in library.kernels:
             key = _cache_key(library.source, kernel, arch, triton.__version__)
             meta_path, cubin_path = cache / f"{key}.json", cache / f"{key}.cubin"
             if meta_path.exists() and cubin_path.exists():
                 meta = json.loads(meta_path.read_text())
-                kernels[kernel.name] = CompiledKernel(cubin=cubin_path.read_bytes(), **meta)
-                continue
-            if module is None:
-                module = _load_module(library.source, cache)
-            compiled = _compile_one(triton, ASTSource, GPUTarget, module, kernel, arch)
-            kernels[kernel.name] = compiled
-            for path, data in ((cubin_path, compiled.cubin),
-                               (meta_path, json.dumps({k: v for k, v in compiled.__dict__.items()
-                                                       if k != "cubin"}).encode())):
-                part = path.with_suffix(".partial")
-                part.write_bytes(data)
-                shutil.move(part, path)
-        out[arch] = CompiledArch(arch, kernels)
-    return out
+                compiled[arch, kernel.name] = CompiledKernel(cubin=cubin_path.read_bytes(), **meta)
+            else:
+                todo.append((arch, kernel, meta_path, cubin_path))
+    for (arch, kernel, meta_path, cubin_path), result in zip(todo, _compile_all(library.source, cache, todo)):
+        compiled[arch, kernel.name] = result
+        for path, data in ((cubin_path, result.cubin),
+                           (meta_path, json.dumps({k: v for k, v in result.__dict__.items() if k != "cubin"}).encode())):
+            part = path.with_suffix(".partial")
+            part.write_bytes(data)
+            shutil.move(part, path)
+    return {arch: CompiledArch(arch, {k.name: compiled[arch, k.name] for k in library.kernels}) for arch in archs}
+
+
+# Below this many kernels to compile, starting worker processes (each imports Triton) costs more than it saves.
+PARALLEL_MIN_KERNELS = 8
+
+
+def _compile_all(source: str, cache: Path, todo: list) -> list[CompiledKernel]:
+    """Compiles in worker processes when there are many kernels and cores: Triton's compiler holds the GIL,
+    so threads would not overlap. Workers are spawned, not forked, so they never inherit a CUDA context."""
+    workers = min(os.cpu_count() or 1, len(todo))
+    if workers < 2 or len(todo) < PARALLEL_MIN_KERNELS:
+        triton, ASTSource, GPUTarget = _require_triton()
+        module = _load_module(source, cache) if todo else None
+        return [_compile_one(triton, ASTSource, GPUTarget, module, kernel, arch) for arch, kernel, _, _ in todo]
+    _load_module(source, cache)  # write the module file once, before the workers import it
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_compile_in_worker, source, cache, kernel, arch) for arch, kernel, _, _ in todo]
+        return [f.result() for f in futures]

@@ -19,7 +19,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DYNAMIC = {"cnn": ("height=32..32", "width=32..32")}
 
 
-@pytest.mark.parametrize("example", ["mlp", "cnn", "transformer_block"])
+# The Hugging Face examples at their small (test) sizes; scripts/gpu_acceptance.py runs the real ones.
+@pytest.mark.parametrize("example", ["mlp", "cnn", "transformer_block", "gpt2", "bert", "llama", "vit"])
 def test_example_on_cuda(example, tmp_path, rt, cuda_arch):
     spec = load_model_file(EXAMPLES / example / "model.py")
     plan = resolve_symbols(spec, parse_dynamic_specs(DYNAMIC.get(example, ())))

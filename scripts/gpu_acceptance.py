@@ -1,0 +1,189 @@
+"""The GPU acceptance run: real-size models exported in bfloat16 for CUDA, run by the C++ runtime.
+
+    python scripts/gpu_acceptance.py OUT_DIR [gpt2 bert llama]
+
+For each model (GPT-2 124M, BERT-base at batch 8, the Llama example at its 156M size), with seq=1..2048:
+export for the local GPU's architecture (timed), then the time from opening the package file to the first
+result (a cold start: digests, weights upload, cubin load), then at seq 1, 7, 128, 512 and 2048:
+
+- accuracy against an fp32 eager reference on the GPU: aotpack's relative error must be at most 1.5 x eager
+  bf16's own error + 1e-3, per output;
+- latency (median) of eager bf16, torch.compile bf16 and aotpack, all on the same GPU and inputs. aotpack
+  runs with device tensors in and out when the runtime offers it (`io="device"`), else host tensors; eager
+  is also timed with the same host copies, so each aotpack figure has a like-for-like peer.
+
+Writes OUT_DIR/acceptance_<model>.json and prints one line per measurement. Needs a GPU, transformers, Triton.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SEQS = (1, 7, 128, 512, 2048)
+# model: (the batch it runs at, --dynamic specs)
+MODELS = {
+    "gpt2": (1, ("batch=1..1", "seq=1..2048")),
+    "bert": (8, ("batch=1..8", "seq=1..2048")),
+    "llama": (1, ("batch=1..1", "seq=1..2048")),
+}
+
+
+def median_ms(fn, repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return round(statistics.median(times), 3)
+
+
+def make_inputs(name: str, module, batch: int, seq: int) -> list[torch.Tensor]:
+    if hasattr(module, "padded_inputs"):  # BERT: padding mask and token types
+        return list(module.padded_inputs(batch, seq, seed=seq))
+    vocab = module.CONFIGS["full"]["vocab_size"]
+    return [torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seq))]
+
+
+def flat_outputs(value) -> list[torch.Tensor]:
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def run_model(name: str, out_dir: Path, arch: int) -> dict:
+    from aotpack import runtime
+    from aotpack.build import build_package
+    from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
+    from aotpack.exporter.dtype import with_dtype
+    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.targets import CudaTarget, Targets
+    from aotpack.verification import from_runtime, relative_error, to_numpy
+
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+    batch, dynamic = MODELS[name]
+    model_file = REPO / "examples" / name / "model.py"
+    spec = with_dtype(load_model_file(model_file), torch.bfloat16)
+    start = time.perf_counter()
+    plan = resolve_symbols(spec, parse_dynamic_specs(dynamic))
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    package = out_dir / f"{name}_bf16_cuda.aotpack"
+    build_package(captured, package, targets=Targets(None, CudaTarget((arch,))))
+    row: dict = {"model": name, "batch": batch, "export_s": round(time.perf_counter() - start, 1),
+                 "package_mb": round(package.stat().st_size / 1e6, 1)}
+
+    reference = load_model_file(model_file)  # the same seeded weights, in float32
+    ref_model = reference.model.eval().cuda()
+    bf16_model = spec.model.eval().cuda()
+    module = _example_module(model_file)
+    compiled = torch.compile(bf16_model)
+
+    first = make_inputs(name, module, batch, SEQS[0])
+    start = time.perf_counter()
+    aot_model = runtime.Model(package)
+    session = aot_model.session(device="cuda")
+    session.run([to_numpy(x) for x in first])
+    row["open_to_first_result_ms"] = round((time.perf_counter() - start) * 1e3, 1)
+    device_io = _device_session(aot_model)
+    row["aotpack_io"] = "device" if device_io is not None else "host"
+
+    row["points"] = []
+    for seq in SEQS:
+        inputs = make_inputs(name, module, batch, seq)
+        dev = [x.cuda() for x in inputs]
+        with torch.no_grad():
+            ref = [t.float() for t in flat_outputs(ref_model(*dev))]
+            eager = [t.float() for t in flat_outputs(bf16_model(*dev))]
+        ours = session.run([to_numpy(x) for x in inputs])
+        point = {"seq": seq, "outputs": []}
+        for out, r, e, info in zip(ours, ref, eager, aot_model.outputs):
+            ours_np = from_runtime(out, torch.bfloat16 if str(info.dtype) == "bfloat16" else torch.float32)
+            ref_np = r.cpu().numpy()
+            err, eager_err = relative_error(ours_np, ref_np), relative_error(e.cpu().numpy(), ref_np)
+            point["outputs"].append({"name": info.name, "aotpack_err": float(f"{err:.3e}"),
+                                     "eager_bf16_err": float(f"{eager_err:.3e}"),
+                                     "ok": bool(err <= 1.5 * eager_err + 1e-3)})
+
+        def eager_run():
+            with torch.no_grad():
+                bf16_model(*dev)
+
+        def eager_host_run():  # eager with the copies a host-tensor caller of aotpack pays
+            with torch.no_grad():
+                [t.cpu() for t in flat_outputs(bf16_model(*[x.cuda() for x in inputs]))]
+
+        def compiled_run():
+            with torch.no_grad():
+                compiled(*dev)
+
+        repeat = 20 if seq <= 512 else 10
+        host = [to_numpy(x) for x in inputs]
+        point["eager_ms"] = median_ms(eager_run, repeat)
+        point["eager_host_io_ms"] = median_ms(eager_host_run, repeat)
+        try:
+            compiled_run()
+            point["torch_compile_ms"] = median_ms(compiled_run, repeat)
+        except Exception as e:  # torch.compile needs a working Inductor toolchain on the image
+            point["torch_compile_ms"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+        point["aotpack_host_io_ms"] = median_ms(lambda: session.run(host), repeat)
+        if device_io is not None:
+            point["aotpack_ms"] = median_ms(lambda: device_io.run(dev), repeat)
+        row["points"].append(point)
+        print(json.dumps({"model": name, **point}), flush=True)
+    row["ok"] = all(o["ok"] for p in row["points"] for o in p["outputs"])
+    return row
+
+
+def _example_module(model_file: Path):
+    """The example's module (make_inputs reads its CONFIGS and helpers)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{model_file.parent.name}", model_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _device_session(model):
+    """A session taking and returning device tensors, where this runtime build offers one."""
+    try:
+        return model.session(device="cuda", io="device")
+    except TypeError:  # a runtime binding without device I/O
+        return None
+
+
+def main() -> int:
+    out_dir = Path(sys.argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = sys.argv[2:] or list(MODELS)
+    major, minor = torch.cuda.get_device_capability(0)
+    status = 0
+    for name in names:
+        try:
+            row = run_model(name, out_dir, major * 10 + minor)
+        except Exception as e:  # report and go on with the next model
+            import traceback
+
+            traceback.print_exc()
+            row, status = {"model": name, "error": f"{type(e).__name__}: {str(e)[:2000]}"}, 1
+        row["device"], row["torch"] = torch.cuda.get_device_name(0), torch.__version__
+        (out_dir / f"acceptance_{name}.json").write_text(json.dumps(row, indent=1))
+        print(json.dumps({k: v for k, v in row.items() if k != "points"}), flush=True)
+        status |= 0 if row.get("ok") else 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
