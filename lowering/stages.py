@@ -26,6 +26,7 @@ from . import (  # noqa: F401  (registration)
     ops_pool,
     ops_reduce,
     ops_scatter,
+    ops_sort,
     ops_views,
 )
 from .codegen_cpp import RenderedLibrary, render_library
