@@ -20,6 +20,8 @@ OPS = [
     # views, indexing, data movement (zero-size tensors included)
     "permute", "tril", "cat", "stack", "diagonal", "unfold", "slice_scatter", "gather",
     "index_select", "nn.functional.pad.constant",
+    # writes to positions read from data (the scatter kernel), sorting built on it
+    "index_put", "scatter_reduce.mean", "msort",
     # matmul, convolution, pooling
     "matmul", "addmv", "nn.functional.conv2d", "nn.functional.avg_pool2d",
 ]
