@@ -6,6 +6,13 @@
 
 numpy has no bfloat16: a bfloat16 input may be given as a uint16 array of the raw bits (or an ml_dtypes
 bfloat16 array), and bfloat16 outputs come back as uint16 arrays of the raw bits.
+
+Tensors already on a GPU skip the copies through host memory with a device-I/O session (torch is then
+needed only to make the inputs; this module imports it only in DeviceTensor.to_torch):
+
+    session = model.session(device="cuda", io="device")
+    outputs = session.run([x_cuda])                 # torch CUDA tensors, read in place
+    y = outputs[0].to_torch()                       # or torch.as_tensor(outputs[0]): no copy, see DeviceTensor
 """
 
 from __future__ import annotations
@@ -91,6 +98,7 @@ class _SessionOptions(ctypes.Structure):
         ("device_type", ctypes.c_int),
         ("device_index", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
+        ("io_memory", ctypes.c_int),
     ]
 
 
@@ -109,6 +117,10 @@ _DTYPES: dict[int, Any] = {
 }
 _BFLOAT16 = 3
 _CODE_OF_NUMPY = {dt: code for code, dt in _DTYPES.items() if code != _BFLOAT16}
+# By name ("float32", ..., "bfloat16", "bool"), which is how torch spells dtypes after "torch.".
+_CODE_OF_NAME = {dt if isinstance(dt, str) else dt.name: code for code, dt in _DTYPES.items()}
+# aotpack_memory_t values.
+_MEMORY = {"host": 0, "device": 1}
 
 _Status = ctypes.c_void_p
 _lib: ctypes.CDLL | None = None
@@ -155,6 +167,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_session_options_init": (None, [P(_SessionOptions)]),
         "aotpack_session_create": (_Status, [ctypes.c_void_p, P(_SessionOptions), P(ctypes.c_void_p)]),
         "aotpack_session_destroy": (None, [ctypes.c_void_p]),
+        "aotpack_session_io_memory": (ctypes.c_int, [ctypes.c_void_p]),
         "aotpack_session_run": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t]),
         "aotpack_session_output": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_Tensor)]),
     }
@@ -256,9 +269,11 @@ class Model:
             infos.append(_tensor_info(info))
         return infos
 
-    def session(self, num_threads: int = 1, device: str = "cpu") -> Session:
-        """device: "cpu", "cuda" or "cuda:N". On CUDA, run() still takes and returns host arrays."""
-        return Session(self, num_threads=num_threads, device=device)
+    def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host") -> Session:
+        """device: "cpu", "cuda" or "cuda:N". io: "host" (run() takes and returns numpy arrays, on every
+        device) or "device" (on CUDA, run() takes CUDA tensors and returns DeviceTensors; on the CPU, whose
+        device memory is host memory, it is the same as "host")."""
+        return Session(self, num_threads=num_threads, device=device, io=io)
 
     def close(self) -> None:
         """Releases the model now; sessions created from it must not be used afterwards."""
@@ -274,10 +289,38 @@ class Model:
         return f"Model({str(self.path)!r}, inputs={[i.name for i in self.inputs]}, outputs={[o.name for o in self.outputs]})"
 
 
+@dataclass(frozen=True)
+class DeviceTensor:
+    """An output of a device-I/O CUDA session: `data` is a device pointer into the session's output memory,
+    valid until the session's next run. Exposes `__cuda_array_interface__`, so torch.as_tensor(t) (or
+    cupy.asarray(t)) wraps it without a copy; bfloat16 data is shown there as uint16 bits."""
+
+    name: str
+    data: int
+    shape: tuple[int, ...]
+    dtype: Any  # a numpy dtype, or the string "bfloat16"
+    device: int  # the CUDA device ordinal
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        typestr = np.dtype(np.uint16).str if isinstance(self.dtype, str) else self.dtype.str
+        # The data is complete when run() returns, so consumers need not wait on a stream.
+        return {"shape": self.shape, "typestr": typestr, "data": (self.data, False), "version": 3, "strides": None,
+                "stream": None}
+
+    def to_torch(self) -> Any:
+        """A torch tensor on the same device holding a copy, which outlives the next run. The copy is made on
+        torch's current stream, which Session.run() waits for before it overwrites the outputs."""
+        import torch
+
+        copy = torch.as_tensor(self, device=f"cuda:{self.device}").clone()
+        return copy.view(torch.bfloat16) if isinstance(self.dtype, str) else copy
+
+
 class Session:
     """Scratch memory and threads for running a model. One thread at a time."""
 
-    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu"):
+    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host"):
         self._model = model  # keeps the model alive while the session lives
         self._lib = model._lib
         self._handle = ctypes.c_void_p()
@@ -291,12 +334,21 @@ class Session:
                 StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'"
             )
         options.device_index = int(index or 0)
+        if io not in _MEMORY:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown io {io!r}; expected 'host' or 'device'")
+        options.io_memory = _MEMORY[io]
         _check(
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )
+        self._device_index = options.device_index
+
+    @property
+    def io(self) -> str:
+        """Where run() takes inputs and returns outputs: "host" or "device" (only ever "host" on the CPU)."""
+        return "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
 
     def _ordered(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list:
-        if isinstance(inputs, np.ndarray):
+        if isinstance(inputs, np.ndarray) or hasattr(inputs, "data_ptr"):
             raise AotpackError(
                 StatusCode.INVALID_ARGUMENT,
                 "inputs must be a list or a dict of arrays, not one array: pass [x]",
@@ -342,12 +394,60 @@ class Session:
         keep.append((array, shape))
         return _Tensor(code, array.ndim, shape, array.ctypes.data if array.size else None)
 
-    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Runs the model; inputs in signature order or by name. Returns copies of the outputs."""
+    def _device_tensor(self, index: int, value: Any, keep: list) -> _Tensor:
+        name = self._model.inputs[index].name if index < len(self._model.inputs) else str(index)
+
+        def refuse(why: str) -> AotpackError:
+            return AotpackError(StatusCode.INVALID_ARGUMENT, f'input "{name}": {why}')
+
+        if not hasattr(value, "data_ptr"):
+            raise refuse(f"this session takes CUDA tensors (io='device'), not {type(value).__name__}")
+        device = getattr(value, "device", None)
+        if getattr(device, "type", "cuda") != "cuda":
+            raise refuse(f"the tensor is on {device}; this session takes CUDA tensors (io='device')")
+        if not value.is_contiguous():
+            raise refuse("the tensor is not contiguous; pass tensor.contiguous()")
+        code = _CODE_OF_NAME.get(str(value.dtype).rpartition(".")[2])
+        if code is None:
+            raise refuse(f"dtype {value.dtype} has no aotpack dtype")
+        dims = tuple(int(d) for d in value.shape)
+        if len(dims) > MAX_RANK:
+            raise refuse(f"rank {len(dims)} is more than {MAX_RANK}")
+        shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+        keep.append(shape)
+        return _Tensor(code, len(dims), shape, value.data_ptr() or None)
+
+    def _wait_for_torch(self) -> None:
+        # The session's stream does not wait for other streams: work on torch's current stream that writes
+        # the inputs (or copies the previous outputs, see DeviceTensor.to_torch) must be complete first.
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.current_stream(self._device_index).synchronize()
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray] | list[DeviceTensor]:
+        """Runs the model; inputs in signature order or by name. A host-I/O session takes arrays and returns
+        copies of the outputs as numpy arrays; a device-I/O session takes CUDA tensors (contiguous, with
+        data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run."""
         ordered = self._ordered(inputs)
         keep: list = []
-        tensors = (_Tensor * max(len(ordered), 1))(*[self._tensor(i, v, keep) for i, v in enumerate(ordered)])
+        device_io = self.io == "device"
+        make = self._device_tensor if device_io else self._tensor
+        tensors = (_Tensor * max(len(ordered), 1))(*[make(i, v, keep) for i, v in enumerate(ordered)])
+        if device_io:
+            self._wait_for_torch()
         _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
+        return self._device_outputs() if device_io else self._host_outputs()
+
+    def _device_outputs(self) -> list[DeviceTensor]:
+        outputs = []
+        for i, info in enumerate(self._model.outputs):
+            t = _Tensor()
+            _check(self._lib.aotpack_session_output(self._handle, i, ctypes.byref(t)))
+            shape = tuple(t.shape[d] for d in range(t.rank))
+            outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index))
+        return outputs
+
+    def _host_outputs(self) -> list[np.ndarray]:
         outputs = []
         for i in range(len(self._model.outputs)):
             t = _Tensor()

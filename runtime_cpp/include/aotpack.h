@@ -56,7 +56,9 @@ AOTPACK_API size_t aotpack_dtype_size(aotpack_dtype_t dtype);      /* bytes per 
 
 #define AOTPACK_MAX_RANK 8
 
-/* A dense, contiguous (row-major) tensor in host memory. Borrowed: aotpack never frees `shape` or `data`. */
+/* A dense, contiguous (row-major) tensor. `data` is host memory, or a CUdeviceptr cast to void* when the
+ * session's I/O memory is AOTPACK_MEMORY_DEVICE (see aotpack_session_io_memory); `shape` is always host
+ * memory. Borrowed: aotpack never frees `shape` or `data`. */
 typedef struct aotpack_tensor_t {
   aotpack_dtype_t dtype;
   int32_t rank;
@@ -117,19 +119,40 @@ typedef enum aotpack_device_type_t {
   AOTPACK_DEVICE_CUDA = 1,
 } aotpack_device_type_t;
 
+/* Where a session's run takes its inputs and where it returns its outputs. */
+typedef enum aotpack_memory_t {
+  AOTPACK_MEMORY_HOST = 0,   /* host memory, on every device (the default) */
+  AOTPACK_MEMORY_DEVICE = 1, /* the session device's own memory: no copies between host and device */
+} aotpack_memory_t;
+
 /* AOTPACK_DEVICE_CUDA: the package must have been exported with CUDA kernels (--target cuda or cpu,cuda) for
  * the device's compute capability; the NVIDIA driver (libcuda.so.1) is opened at run time, so this library
  * needs no CUDA to be built or loaded. The first CUDA session of a model on a device loads the model's
  * cubins and uploads its weights there (once per model and device); each session then owns a CUDA stream
- * and device memory for the declared maxima (arena, inputs, outputs), allocated at creation. Inputs and
- * outputs are still host tensors: aotpack_session_run copies the inputs to the device asynchronously on the
- * session's stream, runs every kernel there, copies the outputs back into host memory the session owns and
- * waits for the stream before returning, so aotpack_session_output reads host memory on every device. */
+ * (in the device's primary context) and device memory for the declared maxima (arena, outputs, and inputs
+ * with host I/O), allocated at creation. aotpack_session_run runs every kernel on the session's stream and
+ * waits for the stream before returning, on either kind of I/O memory:
+ *
+ * - AOTPACK_MEMORY_HOST: run copies the host inputs to the device asynchronously on the session's stream and
+ *   the outputs back into host memory the session owns; aotpack_session_output gives host pointers.
+ * - AOTPACK_MEMORY_DEVICE: each input's `data` is a CUdeviceptr on the session's device (allocated in its
+ *   primary context, as the CUDA runtime and PyTorch do, or managed memory), at least 16-byte aligned (the
+ *   kernels assume it) and holding the whole tensor; kernels read it in place, with no copy. run checks each
+ *   pointer with cuPointerGetAttributes and fails with INVALID_ARGUMENT, naming the input, for a NULL,
+ *   misaligned, host or other-device pointer or an allocation too short for the tensor. The inputs must be
+ *   complete when run is called: the session's stream does not wait for other streams (synchronize the
+ *   work that wrote them first). aotpack_session_output gives CUdeviceptr values into the session's output
+ *   memory, complete when run returns; the next run overwrites them, so work reading them on other streams
+ *   must have finished by then.
+ *
+ * On AOTPACK_DEVICE_CPU the device's memory is host memory: AOTPACK_MEMORY_DEVICE is accepted and means
+ * AOTPACK_MEMORY_HOST, which is what aotpack_session_io_memory reports. */
 typedef struct aotpack_session_options_t {
   uint32_t struct_size;              /* sizeof(aotpack_session_options_t); set by _init */
   aotpack_device_type_t device_type; /* default AOTPACK_DEVICE_CPU */
   int32_t device_index;              /* default 0; the CUDA device ordinal for AOTPACK_DEVICE_CUDA */
   int32_t num_threads;               /* CPU threads kernels may use; default 1 */
+  aotpack_memory_t io_memory;        /* where inputs and outputs are; default AOTPACK_MEMORY_HOST */
 } aotpack_session_options_t;
 
 AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options);
@@ -144,13 +167,19 @@ AOTPACK_API aotpack_status_t aotpack_session_create(const aotpack_model_t* model
                                                     aotpack_session_t** out);
 AOTPACK_API void aotpack_session_destroy(aotpack_session_t* session); /* NULL is fine */
 
-/* Runs the model on `inputs`, given in signature order (see aotpack_model_input_info). Checks every
- * input's dtype, rank and dims, binds the symbols and checks their ranges before any kernel runs. */
+/* Where the session's run takes inputs and returns outputs: the options' io_memory, except that a CPU
+ * session always says AOTPACK_MEMORY_HOST. AOTPACK_MEMORY_HOST for NULL. */
+AOTPACK_API aotpack_memory_t aotpack_session_io_memory(const aotpack_session_t* session);
+
+/* Runs the model on `inputs`, given in signature order (see aotpack_model_input_info), in the session's
+ * I/O memory. Checks every input's dtype, rank and dims (and, for device memory, its pointer), binds the
+ * symbols and checks their ranges before any kernel runs. */
 AOTPACK_API aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_tensor_t* inputs,
                                                  size_t num_inputs);
 
-/* The index-th output of the last successful run. Borrowed from the session: `shape` and `data` stay
- * valid until the next run or until the session is destroyed. */
+/* The index-th output of the last successful run, in the session's I/O memory (`data` is a CUdeviceptr for
+ * AOTPACK_MEMORY_DEVICE on CUDA). Borrowed from the session: `shape` and `data` stay valid until the next run
+ * or until the session is destroyed. */
 AOTPACK_API aotpack_status_t aotpack_session_output(const aotpack_session_t* session, size_t index,
                                                     aotpack_tensor_t* out);
 

@@ -4,6 +4,9 @@
 //   aotpack::Session session(model);               // one per thread that runs the model
 //   session.run({x});                              // x: an aotpack_tensor_t in signature order
 //   aotpack_tensor_t y = session.output(0);        // valid until the next run
+//
+// For tensors already on a GPU, a session with options.device_type = AOTPACK_DEVICE_CUDA and
+// options.io_memory = AOTPACK_MEMORY_DEVICE takes and returns CUdeviceptr values (see aotpack.h).
 #ifndef AOTPACK_HPP_
 #define AOTPACK_HPP_
 
@@ -112,6 +115,9 @@ class Session {
     check(aotpack_session_output(session_, index, &out));
     return out;
   }
+
+  // Where run() takes inputs and output() returns data; AOTPACK_MEMORY_DEVICE: `data` holds CUdeviceptr values.
+  aotpack_memory_t io_memory() const { return aotpack_session_io_memory(session_); }
 
   aotpack_session_t* get() const { return session_; }
 

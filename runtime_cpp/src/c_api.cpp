@@ -118,6 +118,7 @@ void aotpack_session_options_init(aotpack_session_options_t* options) {
   options->device_type = AOTPACK_DEVICE_CPU;
   options->device_index = 0;
   options->num_threads = 1;
+  options->io_memory = AOTPACK_MEMORY_HOST;
 }
 
 aotpack_status_t aotpack_session_create(const aotpack_model_t* model, const aotpack_session_options_t* options,
@@ -137,6 +138,10 @@ aotpack_status_t aotpack_session_create(const aotpack_model_t* model, const aotp
 }
 
 void aotpack_session_destroy(aotpack_session_t* session) { delete session; }
+
+aotpack_memory_t aotpack_session_io_memory(const aotpack_session_t* session) {
+  return session ? session->io_memory() : AOTPACK_MEMORY_HOST;
+}
 
 aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_tensor_t* inputs, size_t num_inputs) {
   return guarded([&]() -> Status {

@@ -13,6 +13,9 @@ using namespace cuda;
 namespace {
 
 constexpr int64_t kDeviceAlignment = 256;
+// The kernels are compiled assuming every buffer pointer is a multiple of 16 (tt.divisibility, for vector
+// loads), which the caller's device inputs must honour too.
+constexpr CUdeviceptr kKernelAlignment = 16;
 
 int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
@@ -302,18 +305,20 @@ Status CudaSession::bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* 
   return Status();
 }
 
-Status CudaSession::create(const CudaModel& model, const Program& program, int device_index,
+Status CudaSession::create(const CudaModel& model, const Program& program, int device_index, bool device_io,
                            std::unique_ptr<CudaSession>* out) {
   std::unique_ptr<CudaSession> s(new CudaSession());
   s->model_ = &model;
   s->program_ = &program;
+  s->device_io_ = device_io;
   AOTPACK_RETURN_IF_ERROR(model.device(device_index, &s->device_));
   const CudaDevice& dev = *s->device_;
   const Driver& d = *dev.driver;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   AOTPACK_CUDA_CHECK(d, cuStreamCreate(&s->stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
-  // Device memory for the declared maxima: the arena, each input and each output.
+  // Device memory for the declared maxima: the arena, each output and, unless the caller's device memory
+  // is used in place, each input.
   std::vector<int64_t> maxima(program.symbols.size() + 1, 0);
   for (size_t i = 0; i < program.symbols.size(); ++i) maxima[i] = program.symbols[i].max;
   s->buffer_ptrs_.assign(program.buffers.size(), 0);
@@ -328,6 +333,7 @@ Status CudaSession::create(const CudaModel& model, const Program& program, int d
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(buf.max_bytes), &s->buffer_ptrs_[b]));
         break;
       case BufferKind::kInput: {
+        if (device_io) break;
         uint64_t bytes = 0;
         AOTPACK_RETURN_IF_ERROR(s->bytes_of(buf, maxima.data(), &bytes));
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(bytes), &s->buffer_ptrs_[b]));
@@ -335,42 +341,100 @@ Status CudaSession::create(const CudaModel& model, const Program& program, int d
       }
     }
   }
-  const CudaPlan& plan = model.plan();
-  AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * std::max<size_t>(plan.steps.size(), 1), &s->error_flags_));
-  s->host_flags_.assign(plan.steps.size(), 0);
-  s->launches_.resize(plan.steps.size());
+  AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * std::max<size_t>(model.plan().steps.size(), 1), &s->error_flags_));
+  s->prepare_launches();
+  *out = std::move(s);
+  return Status();
+}
+
+// Builds each step's parameter array once, so a run only updates symbol values (and device inputs).
+void CudaSession::prepare_launches() {
+  const CudaPlan& plan = model_->plan();
+  host_flags_.assign(plan.steps.size(), 0);
+  launches_.resize(plan.steps.size());
+  input_slots_.assign(program_->inputs.size(), {});
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const CudaStep& step = plan.steps[i];
     const CudaKernelInfo& k = plan.kernels[step.kernel];
-    Launch& l = s->launches_[i];
+    Launch& l = launches_[i];
     l.pointers.assign(step.args.size(), 0);
-    for (size_t a = 0; a < step.args.size(); ++a) l.pointers[a] = s->buffer_ptrs_[step.args[a]];
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      const Buffer& buf = program_->buffers[step.args[a]];
+      l.pointers[a] = buffer_ptrs_[step.args[a]];
+      if (buf.kind == BufferKind::kInput) input_slots_[buf.port].push_back(&l.pointers[a]);
+    }
     l.symbols.assign(k.symbols.size(), 0);
-    l.flag = s->error_flags_ + sizeof(int32_t) * i;
+    l.flag = error_flags_ + sizeof(int32_t) * i;
     for (CUdeviceptr& p : l.pointers) l.params.push_back(&p);
     for (int64_t& v : l.symbols) l.params.push_back(&v);
     if (!k.errors.empty()) l.params.push_back(&l.flag);
     l.params.push_back(&l.scratch0);
     l.params.push_back(&l.scratch1);
   }
-  *out = std::move(s);
-  return Status();
 }
 
-Status CudaSession::run(const std::vector<const void*>& host_inputs, const int64_t* symbols,
+Status CudaSession::run(const std::vector<const void*>& inputs, const int64_t* symbols,
                         const std::vector<void*>& host_outputs) {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
-  const CudaPlan& plan = model_->plan();
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
+  if (device_io_) {
+    AOTPACK_RETURN_IF_ERROR(bind_device_inputs(inputs, symbols));
+  } else {
+    AOTPACK_RETURN_IF_ERROR(copy_inputs(inputs, symbols));
+  }
+  AOTPACK_RETURN_IF_ERROR(launch_steps(symbols));
+  if (!device_io_) AOTPACK_RETURN_IF_ERROR(copy_outputs(host_outputs, symbols));
+  return finish();
+}
+
+Status CudaSession::copy_inputs(const std::vector<const void*>& host_inputs, const int64_t* symbols) {
+  const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
     size_t b = program_->inputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes > 0)
       AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemcpyHtoDAsync(buffer_ptrs_[b], host_inputs[i], bytes, stream_),
-                                    str_cat("copying input ", quoted(program_->inputs[i].name), " to ", dev.label).c_str()));
+                                    str_cat("copying input ", quoted(program_->inputs[i].name), " to ", device_->label).c_str()));
   }
+  return Status();
+}
+
+// Checks every input's pointer before binding any, so a failed run leaves no launch pointing at memory
+// that was refused.
+Status CudaSession::bind_device_inputs(const std::vector<const void*>& inputs, const int64_t* symbols) {
+  for (size_t i = 0; i < program_->inputs.size(); ++i) {
+    uint64_t bytes = 0;
+    AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
+    if (bytes > 0) AOTPACK_RETURN_IF_ERROR(check_device_input(i, reinterpret_cast<CUdeviceptr>(inputs[i]), bytes));
+  }
+  for (size_t i = 0; i < program_->inputs.size(); ++i) {
+    for (CUdeviceptr* slot : input_slots_[i]) *slot = reinterpret_cast<CUdeviceptr>(inputs[i]);
+  }
+  return Status();
+}
+
+// A kernel given memory it cannot read faults, and a fault poisons the whole context (the caller's too), so
+// every pointer is checked against what the driver knows of it first.
+Status CudaSession::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes) const {
+  const CudaDevice& dev = *device_;
+  const Driver& d = *dev.driver;
+  const std::string what = str_cat("input ", quoted(program_->inputs[i].name), ": device pointer ",
+                                   reinterpret_cast<const void*>(p));
+  if (p % kKernelAlignment != 0)
+    return invalid_argument(what, " is not ", kKernelAlignment, "-byte aligned, which the CUDA kernels assume; "
+                            "pass the start of an allocation or an aligned offset into one (copy a view that is not)");
+  PointerAttributes attributes;
+  Status st = pointer_attributes(d, p, &attributes);
+  if (!st.ok()) return st.prefixed(what);
+  return check_device_memory(attributes, p, bytes, dev.index, dev.context, what, dev.label);
+}
+
+Status CudaSession::launch_steps(const int64_t* symbols) {
+  const CudaDevice& dev = *device_;
+  const Driver& d = *dev.driver;
+  const CudaPlan& plan = model_->plan();
   AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * std::max<size_t>(plan.steps.size(), 1), stream_),
                      "clearing the error flags");
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -393,14 +457,27 @@ Status CudaSession::run(const std::vector<const void*>& host_inputs, const int64
                                   nullptr);
     if (r != CUDA_SUCCESS) return check(d, r, str_cat("launching cuda step ", i, " (kernel ", k.name, ")").c_str());
   }
+  return Status();
+}
+
+Status CudaSession::copy_outputs(const std::vector<void*>& host_outputs, const int64_t* symbols) {
+  const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->outputs.size(); ++i) {
     size_t b = program_->outputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes > 0)
       AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemcpyDtoHAsync(host_outputs[i], buffer_ptrs_[b], bytes, stream_),
-                                    str_cat("copying output ", quoted(program_->outputs[i].name), " from ", dev.label).c_str()));
+                                    str_cat("copying output ", quoted(program_->outputs[i].name), " from ", device_->label).c_str()));
   }
+  return Status();
+}
+
+// Reads the error flags back, waits for the stream and reports the first step whose check failed.
+Status CudaSession::finish() {
+  const CudaDevice& dev = *device_;
+  const Driver& d = *dev.driver;
+  const CudaPlan& plan = model_->plan();
   if (!plan.steps.empty())
     AOTPACK_CUDA_CHECK(d, cuMemcpyDtoHAsync(host_flags_.data(), error_flags_, sizeof(int32_t) * plan.steps.size(), stream_),
                        "reading the error flags");

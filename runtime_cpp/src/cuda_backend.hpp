@@ -100,26 +100,39 @@ class CudaModel {
 class CudaSession {
  public:
   ~CudaSession();
-  static Status create(const CudaModel& model, const Program& program, int device_index,
+  // `device_io`: inputs are device pointers used in place and outputs stay in device memory (no copies);
+  // otherwise the session allocates device memory for the inputs and copies both ways.
+  static Status create(const CudaModel& model, const Program& program, int device_index, bool device_io,
                        std::unique_ptr<CudaSession>* out);
 
-  // Runs every step on the session's stream. `host_inputs[i]` is input i's data in host memory (copied in);
-  // `host_outputs[i]` receives output i (copied out, then the stream is synchronised). `symbols` are the
-  // run's bound values.
-  Status run(const std::vector<const void*>& host_inputs, const int64_t* symbols,
-             const std::vector<void*>& host_outputs);
+  // Runs every step on the session's stream and waits for it. `inputs[i]` is input i's data: a device
+  // pointer with device I/O (checked, then read in place), else host memory (copied in). With host I/O,
+  // `host_outputs[i]` receives output i; with device I/O it is unused and the outputs stay at output().
+  // `symbols` are the run's bound values.
+  Status run(const std::vector<const void*>& inputs, const int64_t* symbols, const std::vector<void*>& host_outputs);
+
+  // Output i's device memory (sized for the declared maxima).
+  cuda::CUdeviceptr output(size_t i) const { return buffer_ptrs_[program_->outputs[i].buffer]; }
 
  private:
   CudaSession() = default;
   Status alloc(size_t bytes, cuda::CUdeviceptr* out);
   Status bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const;
+  void prepare_launches();
+  Status copy_inputs(const std::vector<const void*>& host_inputs, const int64_t* symbols);
+  Status bind_device_inputs(const std::vector<const void*>& inputs, const int64_t* symbols);
+  Status check_device_input(size_t i, cuda::CUdeviceptr p, uint64_t bytes) const;
+  Status launch_steps(const int64_t* symbols);
+  Status copy_outputs(const std::vector<void*>& host_outputs, const int64_t* symbols);
+  Status finish();
 
   const CudaModel* model_ = nullptr;
   const Program* program_ = nullptr;
   const CudaDevice* device_ = nullptr;
+  bool device_io_ = false;
   cuda::CUstream stream_ = nullptr;
   std::vector<cuda::CUdeviceptr> allocations_;
-  std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer
+  std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
   std::vector<int32_t> host_flags_;
   // Per step, the launch arguments: buffer pointers, symbol values, flag, and two null hidden scratch
@@ -131,6 +144,9 @@ class CudaSession {
     std::vector<void*> params;
   };
   std::vector<Launch> launches_;
+  // Per program input, the launch pointers that name its buffer: with device I/O, each run writes the
+  // caller's pointer there.
+  std::vector<std::vector<cuda::CUdeviceptr*>> input_slots_;
 };
 
 }  // namespace aotpack

@@ -52,6 +52,7 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuStreamCreate, "cuStreamCreate")
   AOTPACK_RESOLVE(cuStreamDestroy, "cuStreamDestroy_v2")
   AOTPACK_RESOLVE(cuStreamSynchronize, "cuStreamSynchronize")
+  AOTPACK_RESOLVE(cuPointerGetAttributes, "cuPointerGetAttributes")
   AOTPACK_RESOLVE(cuLaunchKernel, "cuLaunchKernel")
 #undef AOTPACK_RESOLVE
   if (missing) {
@@ -89,6 +90,38 @@ Status check(const Driver& d, CUresult result, const char* what) {
   // Out of device memory is the caller's resource problem; everything else is reported as internal.
   if (result == 2) return resource_exhausted(message);
   return internal_error(message);
+}
+
+Status pointer_attributes(const Driver& d, CUdeviceptr p, PointerAttributes* out) {
+  *out = PointerAttributes();
+  int attributes[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* values[] = {&out->context, &out->memory_type, &out->managed, &out->ordinal, &out->range_start, &out->range_size};
+  return check(d, d.cuPointerGetAttributes(6, attributes, values, p), "cuPointerGetAttributes");
+}
+
+Status check_device_memory(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal, CUcontext context,
+                           const std::string& what, const std::string& device) {
+  if (a.memory_type == 0)
+    return invalid_argument(what, " is not memory the CUDA driver knows (a host pointer?); this session takes "
+                            "device memory (io_memory AOTPACK_MEMORY_DEVICE)");
+  // Managed memory is readable from every device and context; other memory only where it was allocated.
+  if (!a.managed && a.memory_type != CU_MEMORYTYPE_DEVICE)
+    return invalid_argument(what, " is host memory registered with CUDA, not device memory; copy it to ", device,
+                            " or create the session with io_memory AOTPACK_MEMORY_HOST");
+  if (!a.managed && a.ordinal != ordinal)
+    return invalid_argument(what, " is memory of CUDA device ", a.ordinal, ", but the session runs on ", device);
+  if (!a.managed && a.context && a.context != context)
+    return invalid_argument(what, " was allocated in another CUDA context than the primary context of ", device,
+                            ", which the session uses; allocate it in the primary context (as the CUDA runtime does)");
+  if (a.range_size == 0) return Status();  // the driver does not say where the allocation ends
+  const CUdeviceptr end = a.range_start + a.range_size;
+  if (p < a.range_start || p > end) return invalid_argument(what, " lies outside the allocation the driver reports for it");
+  if (end - p < bytes)
+    return invalid_argument(what, " is ", end - p, " bytes before the end of its allocation, too few for the tensor's ",
+                            bytes, " bytes");
+  return Status();
 }
 
 }  // namespace cuda

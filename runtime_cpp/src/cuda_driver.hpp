@@ -39,6 +39,15 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 // CUfunction_attribute values.
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
+// CUpointer_attribute values, and the CUmemorytype values CU_POINTER_ATTRIBUTE_MEMORY_TYPE reports.
+constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;           // CUcontext
+constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;       // unsigned int (CUmemorytype)
+constexpr int CU_POINTER_ATTRIBUTE_IS_MANAGED = 8;        // unsigned int (bool)
+constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;    // int
+constexpr int CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11; // CUdeviceptr
+constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;       // size_t
+constexpr unsigned int CU_MEMORYTYPE_HOST = 1;
+constexpr unsigned int CU_MEMORYTYPE_DEVICE = 2;
 
 // The driver functions aotpack calls, resolved once per process.
 struct Driver {
@@ -67,6 +76,8 @@ struct Driver {
   CUresult (*cuStreamCreate)(CUstream*, unsigned int);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
+  // Unlike cuPointerGetAttribute, succeeds for a pointer CUDA does not know, leaving its attributes unset.
+  CUresult (*cuPointerGetAttributes)(unsigned int, int*, void**, CUdeviceptr);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                              unsigned int, unsigned int, CUstream, void**, void**);
   int version = 0;  // cuDriverGetVersion(), e.g. 12080 for CUDA 12.8
@@ -78,6 +89,22 @@ Status driver(const Driver** out);
 
 // A failed driver call as a status: "<what>: CUDA_ERROR_X (description)". OK for CUDA_SUCCESS.
 Status check(const Driver& d, CUresult result, const char* what);
+
+// What the driver knows of a pointer; the defaults below for one it does not know.
+struct PointerAttributes {
+  CUcontext context = nullptr;     // the context it was allocated in (null for some allocations)
+  unsigned int memory_type = 0;    // CU_MEMORYTYPE_*, 0: not CUDA memory
+  unsigned int managed = 0;        // 1 for managed (unified) memory
+  int ordinal = -1;                // the device it was allocated on
+  CUdeviceptr range_start = 0;     // the allocation holding it, where the driver says
+  size_t range_size = 0;
+};
+Status pointer_attributes(const Driver& d, CUdeviceptr p, PointerAttributes* out);
+
+// Whether kernels in `context` on device `ordinal` may read `bytes` bytes at `p`, which the driver describes
+// as `a`: OK, or INVALID_ARGUMENT saying why not, with `what` naming the pointer and `device` the device.
+Status check_device_memory(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal, CUcontext context,
+                           const std::string& what, const std::string& device);
 
 }  // namespace cuda
 }  // namespace aotpack

@@ -46,9 +46,14 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
     return invalid_argument("device_index ", options.device_index, " does not exist: the CPU device is index 0");
   if (options.num_threads < 1 || options.num_threads > kMaxThreads)
     return invalid_argument("num_threads is ", options.num_threads, ", expected 1..", kMaxThreads);
+  if (options.io_memory != AOTPACK_MEMORY_HOST && options.io_memory != AOTPACK_MEMORY_DEVICE)
+    return invalid_argument("unknown io_memory ", static_cast<int>(options.io_memory),
+                            ", expected AOTPACK_MEMORY_HOST (0) or AOTPACK_MEMORY_DEVICE (1)");
 
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
+  // The CPU's device memory is host memory, so only a CUDA session has anything else to offer.
+  s->device_io_ = cuda && options.io_memory == AOTPACK_MEMORY_DEVICE;
   AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, model->kernel_scratch_bytes(), &s->pool_));
   if (!cuda) AOTPACK_RETURN_IF_ERROR(allocate(program.arena_bytes, "the arena", &s->arena_));
   s->outputs_.resize(program.outputs.size());
@@ -61,6 +66,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
       case BufferKind::kWeight: s->buffer_data_[i] = const_cast<void*>(model->weight_data(i)); break;
       case BufferKind::kArena: s->buffer_data_[i] = cuda ? nullptr : s->arena_.get() + b.offset; break;
       case BufferKind::kOutput: {
+        if (s->device_io_) break;  // outputs stay in the CUDA session's device memory
         std::string what = str_cat("output ", quoted(program.outputs[b.port].name));
         AOTPACK_RETURN_IF_ERROR(allocate(b.max_bytes, what.c_str(), &s->outputs_[b.port]));
         s->buffer_data_[i] = s->outputs_[b.port].get();
@@ -77,8 +83,9 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   s->ctx_.parallel_for = &aotpack_session::ctx_parallel_for;
   s->ctx_.report_error = &aotpack_session::ctx_report_error;
   s->ctx_.runtime = s.get();
-  if (cuda) {  // the arena lives on the device; outputs_ receive the results
-    AOTPACK_RETURN_IF_ERROR(CudaSession::create(*model->cuda(), program, options.device_index, &s->cuda_));
+  if (cuda) {  // the arena lives on the device; with host I/O, outputs_ receive the results
+    AOTPACK_RETURN_IF_ERROR(
+        CudaSession::create(*model->cuda(), program, options.device_index, s->device_io_, &s->cuda_));
   }
   s->ctx_.thread_scratch = &aotpack_session::ctx_thread_scratch;
   *out = std::move(s);
@@ -213,11 +220,11 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   AOTPACK_RETURN_IF_ERROR(plan_buffers());
   if (cuda_) {
     const Program& p = model_->program();
-    std::vector<const void*> inputs_host(p.inputs.size());
+    std::vector<const void*> input_data(p.inputs.size());
     std::vector<void*> outputs_host(p.outputs.size());
-    for (size_t i = 0; i < p.inputs.size(); ++i) inputs_host[i] = buffer_data_[p.inputs[i].buffer];
-    for (size_t i = 0; i < p.outputs.size(); ++i) outputs_host[i] = outputs_[i].get();
-    AOTPACK_RETURN_IF_ERROR(cuda_->run(inputs_host, symbols_.data(), outputs_host));
+    for (size_t i = 0; i < p.inputs.size(); ++i) input_data[i] = buffer_data_[p.inputs[i].buffer];
+    for (size_t i = 0; i < p.outputs.size(); ++i) outputs_host[i] = device_io_ ? nullptr : outputs_[i].get();
+    AOTPACK_RETURN_IF_ERROR(cuda_->run(input_data, symbols_.data(), outputs_host));
     have_outputs_ = true;
     return Status();
   }
@@ -235,6 +242,6 @@ Status aotpack_session::output(size_t index, aotpack_tensor_t* out) const {
   out->dtype = b.dtype;
   out->rank = static_cast<int32_t>(b.shape.size());
   out->shape = output_shapes_[index].data();
-  out->data = outputs_[index].get();
+  out->data = device_io_ ? reinterpret_cast<void*>(cuda_->output(index)) : outputs_[index].get();
   return Status();
 }

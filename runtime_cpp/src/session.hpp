@@ -29,6 +29,7 @@ struct aotpack_session {
 
   aotpack::Status run(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status output(size_t index, aotpack_tensor_t* out) const;
+  aotpack_memory_t io_memory() const { return device_io_ ? AOTPACK_MEMORY_DEVICE : AOTPACK_MEMORY_HOST; }
 
  private:
   struct FreeDeleter {
@@ -54,7 +55,7 @@ struct aotpack_session {
   std::unique_ptr<aotpack::ThreadPool> pool_;
   aotpack_kernel_ctx ctx_{};
   Memory arena_;
-  std::vector<Memory> outputs_;
+  std::vector<Memory> outputs_;                  // host output memory; null with device I/O
   std::vector<std::array<int64_t, AOTPACK_MAX_RANK>> output_shapes_;
   std::vector<void*> buffer_data_;               // per program buffer; inputs are set by each run
   std::vector<std::vector<void*>> step_args_;    // per step, filled by each run
@@ -62,6 +63,7 @@ struct aotpack_session {
   std::vector<char> bound_;                      // whether symbols_[i] is bound yet in check_inputs
   bool have_outputs_ = false;
   std::unique_ptr<aotpack::CudaSession> cuda_;  // set on a CUDA session: steps run there, not on the CPU
+  bool device_io_ = false;                      // a CUDA session with AOTPACK_MEMORY_DEVICE inputs and outputs
 
   std::mutex error_mu_;
   std::atomic<bool> kernel_failed_{false};

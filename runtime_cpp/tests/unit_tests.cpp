@@ -1,11 +1,12 @@
 // Unit tests of the runtime's hand-written pieces (JSON, SHA-256, size expressions, zip directory,
-// safetensors), run by tests/runtime/test_unit_cpp.py. No framework: each CHECK prints what failed.
+// safetensors, the checks of device pointers), run by tests/runtime/test_runtime_tool.py. No framework: each CHECK prints what failed.
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "cuda_driver.hpp"
 #include "expr.hpp"
 #include "json.hpp"
 #include "json_reader.hpp"
@@ -151,12 +152,58 @@ static void test_safetensors_round_trip() {
   CHECK(!safetensors::parse(bytes.data(), bytes.size(), &back).ok());
 }
 
+// The verdicts on a caller's device pointer, from attributes as the driver would report them (no GPU needed).
+static void test_device_pointer_checks() {
+  using namespace cuda;
+  CUcontext ours = reinterpret_cast<CUcontext>(0x100), theirs = reinterpret_cast<CUcontext>(0x200);
+  const CUdeviceptr p = 0x7f0000001000;
+  auto verdict = [&](const PointerAttributes& a, uint64_t bytes) {
+    return check_device_memory(a, p, bytes, 0, ours, "input \"x\"", "CUDA device 0").message();
+  };
+  PointerAttributes device;
+  device.context = ours;
+  device.memory_type = CU_MEMORYTYPE_DEVICE;
+  device.ordinal = 0;
+  device.range_start = p - 0x1000;
+  device.range_size = 0x2000;
+  CHECK(verdict(device, 0x1000).empty());  // exactly up to the end of the allocation
+  CHECK(verdict(device, 0x1001).find("4096 bytes before the end of its allocation, too few for the tensor's 4097") !=
+        std::string::npos);
+  PointerAttributes unknown;
+  CHECK(verdict(unknown, 4).find("is not memory the CUDA driver knows") != std::string::npos);
+  PointerAttributes pinned = device;
+  pinned.memory_type = CU_MEMORYTYPE_HOST;
+  CHECK(verdict(pinned, 4).find("host memory registered with CUDA") != std::string::npos);
+  PointerAttributes other_device = device;
+  other_device.ordinal = 1;
+  CHECK(verdict(other_device, 4).find("memory of CUDA device 1, but the session runs on CUDA device 0") !=
+        std::string::npos);
+  PointerAttributes other_context = device;
+  other_context.context = theirs;
+  CHECK(verdict(other_context, 4).find("another CUDA context") != std::string::npos);
+  PointerAttributes no_context = device;  // memory the driver ties to no context (cuMemMap)
+  no_context.context = nullptr;
+  CHECK(verdict(no_context, 4).empty());
+  PointerAttributes managed = other_context;  // managed memory is readable from any device and context
+  managed.managed = 1;
+  managed.ordinal = -1;
+  CHECK(verdict(managed, 4).empty());
+  PointerAttributes outside = device;
+  outside.range_start = p + 16;
+  CHECK(verdict(outside, 4).find("outside the allocation") != std::string::npos);
+  PointerAttributes no_range = device;  // nothing known of the allocation's extent: not refused for it
+  no_range.range_size = 0;
+  CHECK(verdict(no_range, 1 << 30).empty());
+  CHECK(check_device_memory(unknown, p, 4, 0, ours, "w", "d").code() == AOTPACK_INVALID_ARGUMENT);
+}
+
 int main() {
   test_sha256();
   test_json();
   test_expr();
   test_zip_rejects_garbage();
   test_safetensors_round_trip();
+  test_device_pointer_checks();
   if (g_failures) {
     std::printf("%d check(s) failed\n", g_failures);
     return 1;

@@ -76,10 +76,11 @@ def test_cpu_part_of_a_cuda_package_runs_as_before(both, rt):
 
 
 @pytest.mark.skipif(_has_gpu(), reason="this machine has an NVIDIA driver; tests/gpu covers it")
-def test_cuda_session_without_a_driver_says_why(both, rt):
+@pytest.mark.parametrize("io", ["host", "device"])
+def test_cuda_session_without_a_driver_says_why(both, rt, io):
     _, result = both
     with pytest.raises(rt.AotpackError, match="libcuda.so.1") as e:
-        rt.Model(result.path).session(device="cuda")
+        rt.Model(result.path).session(device="cuda", io=io)
     assert e.value.code == rt.StatusCode.UNSUPPORTED
 
 

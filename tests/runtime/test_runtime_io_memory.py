@@ -1,0 +1,70 @@
+"""The session option io_memory on the CPU and at the C boundary (tests/gpu/test_gpu_device_io.py runs the
+device path on a GPU)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+OLD_OPTIONS_SIZE = 16  # sizeof(aotpack_session_options_t) before io_memory was appended
+
+
+def _create(rt, model, options) -> ctypes.c_void_p:
+    handle = ctypes.c_void_p()
+    rt._check(rt.lib().aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(handle)))
+    return handle
+
+
+def _options(rt, **fields) -> object:
+    options = rt._SessionOptions()
+    rt.lib().aotpack_session_options_init(ctypes.byref(options))
+    for name, value in fields.items():
+        setattr(options, name, value)
+    return options
+
+
+def test_defaults(rt):
+    options = _options(rt)
+    assert options.struct_size == ctypes.sizeof(rt._SessionOptions) == 20
+    assert options.io_memory == 0  # AOTPACK_MEMORY_HOST
+    assert rt.lib().aotpack_session_io_memory(None) == 0
+
+
+def test_cpu_session_with_device_io_is_a_host_session(rt, mlp_package):
+    model = rt.Model(mlp_package)
+    host, device = model.session(), model.session(io="device")
+    assert host.io == "host" and device.io == "host"  # the CPU's device memory is host memory
+    x = np.random.default_rng(0).standard_normal((5, 32)).astype(np.float32)
+    np.testing.assert_array_equal(device.run([x])[0], host.run([x])[0])
+
+
+def test_unknown_io_memory_is_refused(rt, mlp_package):
+    model = rt.Model(mlp_package)
+    with pytest.raises(rt.AotpackError, match="unknown io 'gpu'; expected 'host' or 'device'"):
+        model.session(io="gpu")
+    with pytest.raises(rt.AotpackError) as info:
+        _create(rt, model, _options(rt, io_memory=7))
+    assert info.value.code == rt.StatusCode.INVALID_ARGUMENT
+    assert str(info.value) == "unknown io_memory 7, expected AOTPACK_MEMORY_HOST (0) or AOTPACK_MEMORY_DEVICE (1)"
+
+
+def test_callers_built_before_io_memory_get_host_io(rt, mlp_package):
+    """An older caller's struct_size stops before io_memory: whatever lies beyond it is not read."""
+    model = rt.Model(mlp_package)
+    handle = _create(rt, model, _options(rt, struct_size=OLD_OPTIONS_SIZE, io_memory=7))
+    try:
+        assert rt.lib().aotpack_session_io_memory(handle) == 0
+    finally:
+        rt.lib().aotpack_session_destroy(handle)
+
+
+def test_device_tensor_describes_itself_to_cuda_consumers(rt):
+    t = rt.DeviceTensor("y", 0x7F0000001000, (3, 4), np.dtype(np.float16), 0)
+    assert t.__cuda_array_interface__ == {
+        "shape": (3, 4), "typestr": "<f2", "data": (0x7F0000001000, False), "version": 3, "strides": None,
+        "stream": None,
+    }
+    bf16 = rt.DeviceTensor("y", 0x7F0000001000, (2,), "bfloat16", 0)
+    assert bf16.__cuda_array_interface__["typestr"] == "<u2"  # raw bits, as host outputs give them
