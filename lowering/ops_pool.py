@@ -15,7 +15,7 @@ from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .ops_reduce import _mean
 from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Node, Op, cast
+from .scalar import Const, IndexValue, Node, Op, cast, is_float
 from .symbolic import upper_bound
 from .values import TensorValue
 
@@ -83,15 +83,40 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     out_shape = ctx.shape_of(node)
     neg_inf = Const(float("-inf"), "float64") if x.dtype not in ("int64", "int32", "int16", "int8", "uint8") else None
 
+    lowest = cast(neg_inf, x.dtype) if neg_inf is not None else Const(torch.iinfo(getattr(torch, x.dtype)).min, x.dtype)
+
     def load(idx: tuple) -> Node:
         best: Node | None = None
-        lowest = cast(neg_inf, x.dtype) if neg_inf is not None else Const(torch.iinfo(getattr(torch, x.dtype)).min, x.dtype)
         for inside, value in _window_loads(x, idx, kernel, stride2, _pair(padding), _pair(dilation), ceil_mode):
             value = value if inside is None else Op("where", (inside, value, lowest), x.dtype)
             best = value if best is None else Op("maximum", (best, value), x.dtype)
         return best
 
-    return (TensorValue(x.dtype, out_shape, load), None)
+    def argmax(idx: tuple) -> Node:
+        """The flat h * W + w position of the maximum, picked as eager's CPU kernel does: the first largest
+        element, or the last NaN; the window's first element inside the input if all are -inf."""
+        loads = _window_loads(x, idx, kernel, stride2, _pair(padding), _pair(dilation), ceil_mode)
+        positions = []
+        for a in range(kernel[0]):
+            for b in range(kernel[1]):
+                hi = idx[-2] * stride2[0] - _pair(padding)[0] + a * _pair(dilation)[0]
+                wi = idx[-1] * stride2[1] - _pair(padding)[1] + b * _pair(dilation)[1]
+                positions.append(IndexValue(hi * x.shape[-1] + wi, "int64"))
+        first = positions[-1]
+        for (inside, _), position in reversed(list(zip(loads, positions))):
+            first = position if inside is None else Op("where", (inside, position, first), "int64")
+        best, where = lowest, first
+        for (inside, value), position in zip(loads, positions):
+            larger = Op("gt", (value, best), "bool")
+            if is_float(x.dtype):
+                larger = Op("logical_or", (larger, Op("isnan", (value,), "bool")), "bool")
+            if inside is not None:
+                larger = Op("logical_and", (inside, larger), "bool")
+            best = Op("where", (larger, value, best), x.dtype)
+            where = Op("where", (larger, position, where), "int64")
+        return where
+
+    return (TensorValue(x.dtype, out_shape, load), TensorValue("int64", out_shape, argmax))
 
 
 @lowers(aten.avg_pool2d.default)

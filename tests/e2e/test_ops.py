@@ -148,6 +148,12 @@ CASES: dict[str, tuple] = {
     "pooling": (lambda x: F.max_pool2d(x, 3, 2, 1).sum() + F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False)
                 .sum() + F.avg_pool2d(x, 3, 1, 1).sum() + F.adaptive_avg_pool2d(x, 2).sum() + F.max_pool2d(x, 2),
                 [f32(3, 8, 8)], [0], (1, 3)),
+    # Indices as eager's CPU kernel picks them: the first maximum (rounded inputs tie), the last NaN.
+    "max_pool_indices": (lambda x: (*F.max_pool2d(x.round(), 3, 2, 1, return_indices=True),
+                                    F.max_pool2d(x, 2, dilation=2, ceil_mode=True, return_indices=True)[1],
+                                    F.max_pool1d(x[:, 0], 3, 1, 1, return_indices=True)[1]),
+                         [lambda n: torch.where(torch.rand(n, 2, 7, 6) > 0.9, float("nan"), 2 * torch.randn(n, 2, 7, 6))],
+                         [0], (1, 3)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
                         + F.scaled_dot_product_attention(q, k, k, attn_mask=m) + F.scaled_dot_product_attention(q, k, k, is_causal=True),
                         [lambda n: torch.randn(2, n, 8), lambda n: torch.randn(2, n, 8), lambda n: torch.randn(n, n)],
