@@ -20,6 +20,7 @@ from typing import Any
 
 from . import (  # noqa: F401  (registration)
     ops_attention,
+    ops_distance,
     ops_index,
     ops_linalg,
     ops_pointwise,
