@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +292,7 @@ class Model:
 @dataclass(frozen=True)
 class DeviceTensor:
     """An output of a device-I/O CUDA session: `data` is a device pointer into the session's output memory,
-    valid until the session's next run. Exposes `__cuda_array_interface__`, so torch.as_tensor(t) (or
+    valid until the session's next run (the DeviceTensor keeps its session, and so that memory, alive). Exposes `__cuda_array_interface__`, so torch.as_tensor(t) (or
     cupy.asarray(t)) wraps it without a copy; bfloat16 data is shown there as uint16 bits."""
 
     name: str
@@ -300,6 +300,7 @@ class DeviceTensor:
     shape: tuple[int, ...]
     dtype: Any  # a numpy dtype, or the string "bfloat16"
     device: int  # the CUDA device ordinal
+    owner: Any = field(default=None, repr=False, compare=False)  # the Session whose memory `data` is
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -444,7 +445,7 @@ class Session:
             t = _Tensor()
             _check(self._lib.aotpack_session_output(self._handle, i, ctypes.byref(t)))
             shape = tuple(t.shape[d] for d in range(t.rank))
-            outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index))
+            outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index, self))
         return outputs
 
     def _host_outputs(self) -> list[np.ndarray]:

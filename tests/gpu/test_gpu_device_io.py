@@ -58,7 +58,9 @@ def sessions(linear, rt):
 
 
 def _raw_run(rt, session, data: int | None, shape: tuple[int, ...], dtype: int = 0) -> None:
-    """aotpack_session_run with one tensor whose data pointer is given as is."""
+    """aotpack_session_run with one tensor whose data pointer is given as is. The session's stream waits for no
+    other, so the work on torch's streams that wrote the data is finished first, as the C API asks."""
+    torch.cuda.synchronize()
     dims = (ctypes.c_int64 * len(shape))(*shape)
     tensor = rt._Tensor(dtype, len(shape), dims, data)
     rt._check(rt.lib().aotpack_session_run(session._handle, ctypes.byref(tensor), 1))
@@ -208,7 +210,7 @@ def test_bfloat16_device_io(tmp_path, rt, cuda_arch):
     model = rt.Model(result.path)
     x = torch.randn(9, 16, device="cuda").to(torch.bfloat16)
     expected = model.session(device="cuda").run([x.view(torch.int16).cpu().numpy().view(np.uint16)])
-    outputs = model.session(device="cuda", io="device").run([x])
+    outputs = model.session(device="cuda", io="device").run([x])  # a temporary: its outputs keep it alive
     for out, ref in zip(outputs, expected):
         got = out.to_torch()
         assert got.dtype == torch.bfloat16 and out.dtype == "bfloat16"
