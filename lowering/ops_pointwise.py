@@ -410,4 +410,21 @@ def _batch_norm_eval(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, we
             y = Op("add", (y, rest.pop(0)), out)
         return y
 
-    return (TensorValue(out, shape, load), None, None)
+    # Eval mode saves no statistics: eager's other two outputs are empty.
+    empty = [TensorValue(out, tuple(ctx.sym(s) for s in t.shape), lambda idx: Const(0.0, out)) for t in node.meta["val"][1:]]
+    return (TensorValue(out, shape, load), *empty)
+
+
+@lowers(aten.native_dropout.default)
+def _dropout(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, p: float, train: bool | None) -> tuple:
+    """Only the cases that draw no random numbers: no dropout (eval mode, p = 0) and p = 1, which zeroes
+    everything (x * 0, as eager computes it, so NaN and inf stay NaN)."""
+    if train and 0 < p < 1:
+        raise UnsupportedError(f"dropout with p={p} in training mode draws random numbers; an exported model "
+                               "runs in eval mode: call model.eval() before export")
+    drop = bool(train) and p >= 1
+    mask = TensorValue("bool", x.shape, lambda idx: Const(not drop, "bool"))
+    if not drop:
+        return (x, mask)
+    return (TensorValue(x.dtype, x.shape, lambda idx: Op("mul", (x.loader(idx), cast(Const(0, "int64"), x.dtype)), x.dtype)),
+            mask)

@@ -14,10 +14,11 @@ from torch.utils._sympy.functions import CeilDiv, FloorDiv
 from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .ops_reduce import _mean
+from .ops_scatter import scatter
 from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Node, Op, cast, is_float
 from .symbolic import upper_bound
-from .values import TensorValue
+from .values import TensorValue, reshape
 
 aten = OptionalOps(torch.ops.aten)
 
@@ -183,3 +184,21 @@ def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue
         return cast(Op("div", (total, count), acc), x.dtype)
 
     return TensorValue(x.dtype, ctx.shape_of(node), load)
+
+
+@lowers(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(ctx: GraphLowering, node: torch.fx.Node, grad: TensorValue, x: TensorValue, *args: Any
+                         ) -> TensorValue:
+    """Each output gradient added at the input position its window's maximum came from (the indices, flat
+    over h and w): a scatter-add into zeros, so overlapping windows that share a maximum sum exactly."""
+    indices = args[-1]
+    dtype = ctx.dtype_of(node)
+    lead = x.shape[:-2]
+    zeros = TensorValue(dtype, (*lead, x.shape[-2] * x.shape[-1]), lambda idx: cast(Const(0, "int64"), dtype))
+    what = f"max_pool2d backward at {ctx.where()}: an index is outside the input"
+
+    def target(u: tuple) -> list[Any]:
+        return [*u[:len(lead)], indices.loader(u)]
+
+    summed = scatter(ctx, zeros, grad.shape, target, grad.loader, "sum", what, wrap=False)
+    return reshape(summed, x.shape)

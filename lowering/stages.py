@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (registration)
     ops_distance,
     ops_index,
     ops_linalg,
+    ops_norm,
     ops_pointwise,
     ops_pool,
     ops_reduce,

@@ -157,6 +157,14 @@ CASES: dict[str, tuple] = {
                                     F.max_pool1d(x[:, 0], 3, 1, 1, return_indices=True)[1]),
                          [lambda n: torch.where(torch.rand(n, 2, 7, 6) > 0.9, float("nan"), 2 * torch.randn(n, 2, 7, 6))],
                          [0], (1, 3)),
+    "max_pool_backward": (lambda g, x: torch.ops.aten.max_pool2d_with_indices_backward(
+                              g, x, [3, 3], [1, 1], [1, 1], [1, 1], False, F.max_pool2d(x, 3, 1, 1, return_indices=True)[1]),
+                          [f32(2, 5, 4), lambda n: torch.randn(n, 2, 5, 4).round()], [0, 1], (1, 3)),
+    # Training-mode statistics of the batch itself (no running stats), and dropout that draws nothing.
+    "batch_stats_norm_dropout": (lambda x, w: (F.batch_norm(x, None, None, w, -w, training=True), F.instance_norm(x * 5 + 3),
+                                               torch.ops.aten.native_dropout(x, 1.0, True)[0],
+                                               F.dropout(x, 0.5, training=False)),
+                                 [f32(3, 6), fixed(lambda: torch.randn(3))], [0], (2, 5)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
                         + F.scaled_dot_product_attention(q, k, k, attn_mask=m) + F.scaled_dot_product_attention(q, k, k, is_causal=True),
                         [lambda n: torch.randn(2, n, 8), lambda n: torch.randn(2, n, 8), lambda n: torch.randn(n, n)],
