@@ -25,3 +25,10 @@ def cpu_isa() -> str:
 def runtime_lib() -> str | None:
     """An explicit path to libaotpack.so for the Python binding (AOTPACK_RUNTIME_LIB)."""
     return os.environ.get("AOTPACK_RUNTIME_LIB") or None
+
+
+def compile_jobs() -> int:
+    """Processes that compile Triton kernels at export (AOTPACK_COMPILE_JOBS; default: one per core). Set 1
+    where exports already run in parallel (pytest -n), so each does not start a pool of its own."""
+    value = os.environ.get("AOTPACK_COMPILE_JOBS")
+    return max(1, int(value)) if value and value.isdigit() else (os.cpu_count() or 1)

@@ -175,7 +175,7 @@ PARALLEL_MIN_KERNELS = 8
 def _compile_all(source: str, cache: Path, todo: list) -> list[CompiledKernel]:
     """Compiles in worker processes when there are many kernels and cores: Triton's compiler holds the GIL,
     so threads would not overlap. Workers are spawned, not forked, so they never inherit a CUDA context."""
-    workers = min(os.cpu_count() or 1, len(todo))
+    workers = min(knobs.compile_jobs(), len(todo))
     if workers < 2 or len(todo) < PARALLEL_MIN_KERNELS:
         triton, ASTSource, GPUTarget = _require_triton()
         module = _load_module(source, cache) if todo else None

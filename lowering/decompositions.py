@@ -13,10 +13,12 @@ from torch._decomp import get_decompositions
 
 aten = torch.ops.aten
 
+# Not addmm: torch's decomposition computes half-precision addmm in float32 (pw_cast_for_opmath), so a bf16
+# linear layer would become a float32 matmul over upcast copies; ops_linalg lowers addmm in the model's dtype.
 _DECOMPOSED = [
     "_softmax", "_log_softmax", "gelu", "silu", "mish", "softplus", "elu", "leaky_relu", "hardtanh", "hardsigmoid",
     "hardswish", "var", "var_mean", "std", "native_layer_norm", "native_group_norm",
-    "addmm", "logsumexp",
+    "logsumexp",
     "linalg_vector_norm", "norm", "rsub", "sigmoid_backward", "squeeze", "baddbmm", "addcmul", "addcdiv",
     "logaddexp", "_safe_softmax", "glu", "celu", "selu", "threshold", "rms_norm", "_fused_rms_norm",
     "nll_loss_forward", "smooth_l1_loss", "mse_loss", "xlogy", "index_add", "masked_fill", "frac", "heaviside",

@@ -29,7 +29,8 @@ BUILD_RC=$?
 export AOTPACK_RUNTIME_LIB="$REPO/build/runtime/libaotpack.so"
 
 echo "== GPU tests"
-timeout "${GPU_TEST_TIMEOUT:-420}" $PY -m pytest -q -p no:logging -p no:cacheprovider -n "${GPU_CHECK_JOBS:-8}" tests/gpu \
+# pytest runs the tests' exports in parallel already: one Triton compile process each, not a pool each.
+AOTPACK_COMPILE_JOBS=1 timeout "${GPU_TEST_TIMEOUT:-420}" $PY -m pytest -q -p no:logging -p no:cacheprovider -n "${GPU_CHECK_JOBS:-8}" tests/gpu \
   --junitxml="$WORK/gpu_tests.xml" > "$WORK/gpu_tests.log" 2>&1
 TEST_RC=$?
 grep -E "^(FAILED|ERROR)" "$WORK/gpu_tests.log" | head -40

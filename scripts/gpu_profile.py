@@ -1,0 +1,85 @@
+"""Where a CUDA package's time goes: GPU time per kernel family of one run, through torch.profiler (CUPTI
+sees the runtime's launches, made in the same process through ctypes).
+
+    python scripts/gpu_profile.py MODEL BATCH SEQ [DTYPE]     # MODEL: an example's folder name, e.g. bert
+
+Exports examples/MODEL at its full size for the local GPU, runs it a few times, then prints the GPU time of
+each kernel family (attention, matmul, pointwise, reduction, ...) and the slowest kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    from aotpack import runtime
+    from aotpack.build import build_package
+    from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
+    from aotpack.exporter.dtype import with_dtype
+    from aotpack.lowering.codegen_triton import render_triton_library
+    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.graph import GraphLowering
+    from aotpack.lowering.targets import CudaTarget, Targets
+    from aotpack.verification import to_numpy
+
+    name, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+    spec = with_dtype(load_model_file(REPO / "examples" / name / "model.py"), dtype)
+    plan = resolve_symbols(spec, parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}")))
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    program = GraphLowering(captured).run()
+    library = render_triton_library(program)
+    family = {k.name: k.family for k in library.kernels}
+    shapes = {k.name: f"{dict(k.constexprs)} warps {k.num_warps}" for k in library.kernels}
+    major, minor = torch.cuda.get_device_capability(0)
+    path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
+    build_package(captured, path, targets=Targets(None, CudaTarget((major * 10 + minor,))))
+    session = runtime.Model(path).session(device="cuda")
+    if name == "bert":
+        from importlib import util
+
+        mspec = util.spec_from_file_location("bert_example", REPO / "examples" / "bert" / "model.py")
+        mod = util.module_from_spec(mspec)
+        mspec.loader.exec_module(mod)
+        inputs = list(mod.padded_inputs(batch, seq))
+    else:
+        vocab = spec.model.config.vocab_size
+        inputs = [torch.randint(0, vocab, (batch, seq))]
+    host = [to_numpy(x) for x in inputs]
+    for _ in range(3):
+        session.run(host)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        session.run(host)
+        torch.cuda.synchronize()
+    per_family: dict[str, float] = defaultdict(float)
+    per_kernel: dict[str, list[float]] = defaultdict(list)
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = event.device_time if hasattr(event, "device_time") else event.cuda_time
+        kind = family.get(event.name, "copy" if "memcpy" in event.name.lower() else event.name[:40])
+        per_family[kind] += us
+        per_kernel[f"{kind} {event.name}"].append(us)
+    total = sum(per_family.values())
+    print(f"{name} batch {batch} seq {seq} {dtype}: {total / 1e3:.2f} ms of GPU time in {len(program.steps)} steps "
+          "")
+    for kind, us in sorted(per_family.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:<12} {us / 1e3:8.2f} ms  {100 * us / total:5.1f}%")
+    print("  slowest kernels (total ms, calls):")
+    for key, times in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))[:8]:
+        print(f"    {sum(times) / 1e3:8.2f} ms  x{len(times):<3} {key} {shapes.get(key.split()[-1], '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
