@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from aotpack.build import build_package
 from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
 from aotpack.lowering.decompositions import decompositions
@@ -22,6 +23,9 @@ DYNAMIC = {"cnn": ("height=32..32", "width=32..32")}
 # The Hugging Face examples at their small (test) sizes; scripts/gpu_acceptance.py runs the real ones.
 @pytest.mark.parametrize("example", ["mlp", "cnn", "transformer_block", "gpt2", "bert", "llama", "vit"])
 def test_example_on_cuda(example, tmp_path, rt, cuda_arch):
+    if example == "llama" and tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13):
+        pytest.skip("torch < 2.13 cannot keep seq dynamic when exporting transformers' Llama (its guard "
+                    "Min(16*seq, 32*seq) == 16*seq); export it with torch 2.13, which this project's set-up installs")
     spec = load_model_file(EXAMPLES / example / "model.py")
     plan = resolve_symbols(spec, parse_dynamic_specs(DYNAMIC.get(example, ())))
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
@@ -41,5 +45,5 @@ def test_example_on_cuda(example, tmp_path, rt, cuda_arch):
         inputs = make_inputs(ex, point, seed)
         with torch.no_grad():
             expected = model(*inputs)
-        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        expected = pytree.tree_leaves(expected)  # tuples, Hugging Face ModelOutputs: flattened as export does
         compare(session.run([to_numpy(x) for x in inputs]), expected, result.manifest["signature"], f"{example} {point}")
