@@ -61,6 +61,7 @@ CASES = {
     "gqa_causal_dim80": (6, 2, 80, 80, True, None, None),
     "value_dim_differs": (2, 1, 24, 40, False, None, None),  # torch picks its math form: no fused kernel
     "causal_and_mask": (2, 2, 32, 32, True, "padding_bool", None),
+    "head_dim_24": (3, 3, 24, 24, True, "additive_2d", None),  # value columns padded to 32 inside the kernel
 }
 
 
