@@ -46,7 +46,7 @@ def capture(
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> CapturedProgram:
     symbols = tuple(symbols)
-    inputs, enlarged = capture_examples(spec, symbols)
+    inputs, example_notes = capture_examples(spec, symbols)
     files = UserFiles(spec.path)
     spec.model.eval()
     try:
@@ -75,7 +75,7 @@ def capture(
         output_names=_output_names(program),
         model_file=spec.path,
         example_inputs=spec.example_inputs,
-        notes=(INFERENCE_NOTE, *enlarged),
+        notes=(INFERENCE_NOTE, *example_notes),
     )
 
 

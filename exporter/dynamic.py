@@ -160,7 +160,9 @@ def capture_examples(
 ) -> tuple[tuple[torch.Tensor, ...], tuple[str, ...]]:
     """The inputs torch.export traces with. An example size of 0 or 1 on a dynamic axis would make torch
     specialise that axis, so it is enlarged to 2 (repeating the data, or zeros for an empty axis); the declared
-    range is untouched. Returns the inputs and a note for each enlarged axis."""
+    range is untouched. An example sharing memory with an earlier one (model(x, x)) is traced as a copy: torch.export
+    would take the two arguments for one tensor, and the package would then read only one of them. Returns the
+    inputs and a note for each change."""
     dynamic = {s.name: s for s in symbols if not s.is_static}
     inputs = []
     notes = []
@@ -180,5 +182,21 @@ def capture_examples(
                 f"input {arg!r} axis {axis} ({sym}): the example has size {size}, which torch.export would "
                 f"treat as a constant; traced with size 2 instead (the range {s.min}..{s.max} is kept)"
             )
+        owner = _shares_memory_with(tensor, inputs)
+        if owner is not None:
+            tensor = tensor.clone()
+            notes.append(f"input {arg!r} shares memory with input {spec.input_names[owner]!r} in the examples; traced "
+                         "as a tensor of its own, as the package takes it")
         inputs.append(tensor)
     return tuple(inputs), tuple(notes)
+
+
+def _shares_memory_with(tensor: torch.Tensor, earlier: list[torch.Tensor]) -> int | None:
+    """The index of an earlier example whose storage `tensor` shares, if any."""
+    if tensor.numel() == 0:
+        return None
+    storage = tensor.untyped_storage().data_ptr()
+    for i, other in enumerate(earlier):
+        if other.numel() and other.untyped_storage().data_ptr() == storage:
+            return i
+    return None

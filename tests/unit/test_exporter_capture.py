@@ -9,6 +9,7 @@ import torch
 from aotpack.errors import CaptureError
 from aotpack.exporter import (
     CapturedProgram,
+    ModelSpec,
     SymbolSpec,
     capture,
     export_model,
@@ -270,3 +271,20 @@ def test_axes_without_any_range_mean_static(tmp_path):
     assert captured.symbols == () and captured.symbol_of == {}
     assert any("static shapes: no range given for seq" in note for note in captured.notes)
     assert any("eval mode" in note for note in captured.notes)
+
+
+def test_examples_sharing_memory_are_traced_as_separate_inputs():
+    """model(x, x) as the example must not make the package read one argument for both."""
+
+    class Sub(torch.nn.Module):
+        def forward(self, a, b):
+            return a - 2 * b
+
+    x = torch.randn(3, 4)
+    spec = ModelSpec(Path(__file__), Sub(), (x, x), ("a", "b"), {}, {})
+    captured = capture(spec)
+    placeholders = [n for n in captured.program.graph.nodes if n.op == "placeholder"]
+    assert all(len(n.users) == 1 for n in placeholders), captured.program.graph
+    assert any("shares memory with input 'a'" in note for note in captured.notes)
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    assert torch.allclose(captured.program.module()(a, b), a - 2 * b)
