@@ -542,8 +542,7 @@ class TritonRenderer:
         bm = min(64 if wide or bd > 64 else 128, max(16, next_pow2(q_max)))
         bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self._max(k.kv_len))))
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
-        exprs = [k.heads, k.q_len, k.kv_len, *scalar.index_exprs(k.mask)] if k.mask is not None else \
-            [k.heads, k.q_len, k.kv_len]
+        exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
         views = {"q": k.q, "k": k.k, "v": k.v}
         for view in views.values():
             exprs += [view.offset, *view.strides]
