@@ -75,12 +75,14 @@ def _pdist(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, p: float = 2
     if not rows.is_Integer:
         raise UnsupportedError("pdist of a dynamic number of rows is not supported (the row count must be fixed)")
     pairs = torch.triu_indices(int(rows), int(rows), 1).T.contiguous()
-    table = from_buffer(ctx.weight(pairs, f"{node.name}_pairs"), "int64", (sympy.Integer(len(pairs)), sympy.Integer(2)))
+    table = from_buffer(ctx.weight(pairs, f"{node.name}_pairs"), "int64",
+                        (sympy.Integer(len(pairs)), sympy.Integer(2)))
     dtype = ctx.dtype_of(node)
     what = f"pdist at {ctx.where()}: a row of the pair table is outside the input (an aotpack bug)"
 
     def term(idx: tuple, k: sympy.Expr) -> Node:
-        i, j = (indirect_load(x, [None, k], 0, table.loader((idx[0], sympy.Integer(c))), what, False) for c in (0, 1))
+        i, j = (indirect_load(x, [None, k], 0, table.loader((idx[0], sympy.Integer(c))), what, False)
+                for c in (0, 1))
         return _term(i, j, p, dtype)
 
     return _norms(ctx, ctx.shape_of(node), x.shape[1], p, dtype, term)

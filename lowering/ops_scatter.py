@@ -36,13 +36,15 @@ def _cast(x: TensorValue, dtype: str) -> TensorValue:
 
 
 def _filled(dtype: str, shape: Sequence[Expr], value: Any) -> TensorValue:
-    return TensorValue(dtype, tuple(shape), lambda idx: cast(Const(value, "float64" if is_float(dtype) else "int64"), dtype))
+    literal = Const(value, "float64" if is_float(dtype) else "int64")
+    return TensorValue(dtype, tuple(shape), lambda idx: cast(literal, dtype))
 
 
 def scatter(ctx: GraphLowering, base: TensorValue, shape: Sequence[Expr],
             target: Callable[[tuple[Expr, ...]], list[Position]], value: Callable[[tuple[Expr, ...]], Node],
             op: str, what: str, wrap: bool) -> TensorValue:
-    """A copy of `base`, then for every index u of `shape` in order: out[target(u)] = op(out[target(u)], value(u)).
+    """A copy of `base`, then for every index u of `shape` in order:
+    out[target(u)] = op(out[target(u)], value(u)).
 
     Positions read from data are checked against their dim (negative ones counted from the end when `wrap`);
     a bad one is reported with `what`.
@@ -103,7 +105,8 @@ def _index_put(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, indices:
     def target(u: tuple[Expr, ...]) -> list[Position]:
         b = u[first:first + len(bshape)]
         others = list(u[:first]) + list(u[first + len(bshape):])
-        return [broadcast_to(indices[d], bshape).loader(b) if d in indexed else others.pop(0) for d in range(x.rank)]
+        return [broadcast_to(indices[d], bshape).loader(b) if d in indexed else others.pop(0)
+                for d in range(x.rank)]
 
     what = f"index_put at {ctx.where()}: an index is outside the dimension"
     return scatter(ctx, x, shape, target, full.loader, "sum" if accumulate else "assign", what, wrap=True)
@@ -221,7 +224,8 @@ def _scatter_reduce(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim
     if not include_self:
         hit = _along(ctx, _filled("bool", x.shape, False), dim, index, True, "assign", what)
         identity = _filled(dtype, x.shape, _identity(op, dtype))
-        base = TensorValue(dtype, x.shape, lambda idx: Op("where", (hit.loader(idx), identity.loader(idx), x.loader(idx)), dtype))
+        base = TensorValue(dtype, x.shape, lambda idx: Op(
+            "where", (hit.loader(idx), identity.loader(idx), x.loader(idx)), dtype))
     out = _along(ctx, base, dim, index, src, op, what)
     if reduce != "mean":
         return out
@@ -230,7 +234,8 @@ def _scatter_reduce(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim
 
     def mean(idx: tuple) -> Node:
         n = count.loader(idx)
-        n = Op("where", (Op("eq", (n, cast(Const(0, "int64"), dtype)), "bool"), cast(Const(1, "int64"), dtype), n), dtype)
+        none = Op("eq", (n, cast(Const(0, "int64"), dtype)), "bool")
+        n = Op("where", (none, cast(Const(1, "int64"), dtype), n), dtype)
         return Op("div" if is_float(dtype) else "floordiv", (out.loader(idx), n), dtype)
 
     return TensorValue(dtype, x.shape, mean)

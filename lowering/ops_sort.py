@@ -34,8 +34,8 @@ def _precedes(a: Node, b: Node, descending: bool) -> Node:
     if not is_float(a.dtype):
         return before
     first, last = (a, b) if descending else (b, a)  # the NaN one comes first descending, last ascending
-    nan_order = Op("logical_and", (Op("isnan", (first,), "bool"), Op("logical_not", (Op("isnan", (last,), "bool"),), "bool")),
-                   "bool")
+    not_nan = Op("logical_not", (Op("isnan", (last,), "bool"),), "bool")
+    nan_order = Op("logical_and", (Op("isnan", (first,), "bool"), not_nan), "bool")
     return Op("logical_or", (before, nan_order), "bool")
 
 
@@ -56,7 +56,8 @@ def ranks(ctx: GraphLowering, x: TensorValue, dim: int, descending: bool) -> Ten
         other = list(idx[:-1])
         other[dim] = j
         a, b = x.loader(tuple(other)), x.loader(tuple(idx[:-1]))
-        tie = Op("logical_and", (_same(a, b), Op("lt", (IndexValue(j, "int64"), IndexValue(i, "int64")), "bool")), "bool")
+        earlier_position = Op("lt", (IndexValue(j, "int64"), IndexValue(i, "int64")), "bool")
+        tie = Op("logical_and", (_same(a, b), earlier_position), "bool")
         return cast(Op("logical_or", (_precedes(a, b, descending), tie), "bool"), "int64")
 
     return ctx.reduce(TensorValue("int64", full, earlier), [x.rank], "sum", "int64")
@@ -80,7 +81,11 @@ def sort(ctx: GraphLowering, x: TensorValue, dim: int, descending: bool) -> tupl
     zeros = TensorValue(x.dtype, x.shape, lambda idx: cast(Const(0, "int64"), x.dtype))
     values = scatter(ctx, zeros, x.shape, target, x.loader, "assign", what, wrap=False)
     zeros = TensorValue("int64", x.shape, lambda idx: Const(0, "int64"))
-    indices = scatter(ctx, zeros, x.shape, target, lambda u: IndexValue(u[dim], "int64"), "assign", what, wrap=False)
+
+    def position(u: tuple) -> Node:
+        return IndexValue(u[dim], "int64")
+
+    indices = scatter(ctx, zeros, x.shape, target, position, "assign", what, wrap=False)
     return values, indices
 
 

@@ -260,3 +260,9 @@ def test_integer_bilinear_upsampling_is_unsupported_not_wrong(tmp_path):
     spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear")).eval(), (x,), ("x",), {}, {})
     with pytest.raises(UnsupportedError, match="upsample_bilinear2d"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "up.aotpack")
+
+
+def test_sorting_a_long_dim_is_refused_at_export(tmp_path):
+    spec = ModelSpec(HERE, Fn1(lambda x: torch.sort(x).values).eval(), (torch.randn(20000),), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match="sort.*at most 16384 elements"):
+        build_package(capture(spec, (), None, decompositions()), tmp_path / "sort.aotpack")
