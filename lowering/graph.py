@@ -21,7 +21,7 @@ from .diagnostics import source_line, unsupported_ops_error
 from .ir import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from .prepack import unpack_shared
 from .registry import lowering_for
-from .symbolic import as_expr, index_var, size_symbol
+from .symbolic import as_expr, index_var, product, size_symbol
 from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
 
 # A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones
@@ -312,9 +312,11 @@ class GraphLowering:
         if view is not None and view.buffer in self.buffers:
             buf = self.buffers[view.buffer]
             # Output memory lives for the whole run, so the kernel can write there even if later steps read it.
-            whole = buf.kind == "arena" and tuple(buf.shape) == tuple(value.shape)
+            # A contiguous reshape of the whole buffer ([batch * seq, vocab] as [batch, seq, vocab]) is the same
+            # memory: the buffer takes the output's shape (its writer indexes by its own sizes, not the buffer's).
+            whole = buf.kind == "arena" and sympy.expand(product(buf.shape) - product(value.shape)) == 0
             if whole and is_contiguous(value) and view.offset == 0:
-                self.buffers[buf.name] = Buffer(buf.name, buf.dtype, buf.shape, "output", name)
+                self.buffers[buf.name] = Buffer(buf.name, buf.dtype, tuple(value.shape), "output", name)
                 return buf.name
         realized = self.realize(value, kind="output", source=name)
         return realized.view.buffer
