@@ -144,7 +144,7 @@ def _cache_key(source: str, kernel: TritonKernel, arch: int, version: str) -> st
 
 def compile_triton_library(library: TritonLibrary, archs: tuple[int, ...]) -> dict[int, CompiledArch]:
     """Cubins of every kernel of `library` for each compute capability in `archs` (e.g. 80, 90)."""
-    triton, ASTSource, GPUTarget = _require_triton()
+    triton = _require_triton()[0]
     cache = knobs.cache_dir() / "cuda"
     cache.mkdir(parents=True, exist_ok=True)
     compiled: dict[tuple[int, str], CompiledKernel] = {}

@@ -12,7 +12,6 @@ torch.export records `F.scaled_dot_product_attention` on CPU as `_scaled_dot_pro
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import sympy
 import torch

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_helpers import compare, export_cuda
-from test_attention import CASES, HERE, SelfAttention, _pad
-
 from aotpack.exporter import ModelSpec
 from aotpack.verification import to_numpy
+from gpu_helpers import compare, export_cuda
+from test_attention import CASES, HERE, SelfAttention, _pad
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
