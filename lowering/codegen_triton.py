@@ -527,8 +527,7 @@ class TritonRenderer:
     def _attention(self, k: AttentionKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         # The mask's index variables: b and h are the program's scalars, i and j its row and key blocks.
-        loop_vars = {index_var("i", 0): "i0", index_var("i", 1): "i1", index_var("i", 2): "i2",
-                     index_var("i", 3): "i3"}
+        loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
         writer = TritonBodyWriter(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero")
         score = "s"
         if k.mask is not None:

@@ -88,7 +88,7 @@ def run_model(name: str, out_dir: Path, arch: int) -> dict:
     reference = load_model_file(model_file)  # the same seeded weights, in float32
     ref_model = reference.model.eval().cuda()
     bf16_model = spec.model.eval().cuda()
-    module = _example_module(model_file)
+    module = example_module(model_file)
     compiled = torch.compile(bf16_model)
 
     first = make_inputs(name, module, batch, SEQS[0])
@@ -168,7 +168,7 @@ def _cold_process_ms(package: Path, inputs: list[torch.Tensor]) -> float | None:
     return elapsed if done.returncode == 0 else None
 
 
-def _example_module(model_file: Path):
+def example_module(model_file: Path):
     """The example's module (make_inputs reads its CONFIGS and helpers)."""
     import importlib.util
 

@@ -30,6 +30,7 @@ def main() -> int:
     from aotpack.lowering.graph import GraphLowering
     from aotpack.lowering.targets import CudaTarget, Targets
     from aotpack.verification import to_numpy
+    from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 
     name, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
@@ -45,16 +46,7 @@ def main() -> int:
     path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
     build_package(captured, path, targets=Targets(None, CudaTarget((major * 10 + minor,))))
     session = runtime.Model(path).session(device="cuda")
-    if name == "bert":
-        from importlib import util
-
-        mspec = util.spec_from_file_location("bert_example", REPO / "examples" / "bert" / "model.py")
-        mod = util.module_from_spec(mspec)
-        mspec.loader.exec_module(mod)
-        inputs = list(mod.padded_inputs(batch, seq))
-    else:
-        vocab = spec.model.config.vocab_size
-        inputs = [torch.randint(0, vocab, (batch, seq))]
+    inputs = make_inputs(name, example_module(REPO / "examples" / name / "model.py"), batch, seq)
     host = [to_numpy(x) for x in inputs]
     for _ in range(3):
         session.run(host)
