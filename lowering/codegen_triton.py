@@ -238,6 +238,9 @@ class TritonBodyWriter:
         if name == "cast":
             if dtype == "bool":
                 return f"{args[0]} != 0"
+            if COMPUTE_TL[dtype] != TL_TYPE[dtype] and arg_dtype != dtype:
+                # Half types compute in float32, but a cast must still round to the narrow type, as eager does.
+                return f"{args[0]}.to({TL_TYPE[dtype]}).to({tl_type})"
             return f"{args[0]}.to({tl_type})"
         if name == "where":
             return f"tl.where({args[0]}, {args[1]}, {args[2]})"
