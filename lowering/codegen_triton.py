@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,16 +167,19 @@ class Check:
 class TritonBodyWriter:
     """Turns scalar expression trees into Triton statements, computing each distinct subexpression once.
 
-    `mask` names the active-lane mask every load is guarded with; `checks` collects the data-dependent
-    conditions the kernel reports through its error flag.
+    `mask` names the active-lane mask every load is guarded with and `zero` a block of zeros of its shape;
+    `guard`, where given, picks both per load instead (a narrower mask for a load that varies along fewer
+    axes). `checks` collects the data-dependent conditions the kernel reports through its error flag.
     """
 
     def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str], mask: str,
-                 prefix: str = "t", zero: str = "xzero") -> None:
+                 prefix: str = "t", zero: str = "xzero",
+                 guard: Callable[[Load], tuple[str, str]] | None = None) -> None:
         self.arg_names = arg_names
         self.symbol_names = symbol_names
         self.mask = mask
         self.zero = zero
+        self.guard = guard
         self.prefix = prefix
         self.lines: list[str] = []
         self.checks: list[Check] = []
@@ -206,8 +210,9 @@ class TritonBodyWriter:
     def _load(self, node: Load) -> str:
         # `zero` (a block of zeros of the mask's shape) makes every pointer a block of that shape, whatever
         # loop indices the position uses: tl.load refuses a block mask on a scalar or narrower pointer.
-        ptr = f"{self.arg_names[node.buffer]} + {self.offset(node)} + {self.zero}"
-        loaded = f"tl.load({ptr}, mask={self.mask}, other=0)"
+        mask, zero = self.guard(node) if self.guard else (self.mask, self.zero)
+        ptr = f"{self.arg_names[node.buffer]} + {self.offset(node)} + {zero}"
+        loaded = f"tl.load({ptr}, mask={mask}, other=0)"
         if node.dtype == "bool":
             return self._tmp(f"{loaded} != 0")
         if node.dtype in ("float16", "bfloat16"):
@@ -531,7 +536,18 @@ class TritonRenderer:
         arg_names, sym_names = self._names(k)
         # The mask's index variables: b and h are the program's scalars, i and j its row and key blocks.
         loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
-        writer = TritonBodyWriter(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero")
+        row, key = index_var("i", 2), index_var("i", 3)
+
+        def guard(load: Load) -> tuple[str, str]:
+            # A load that varies along keys only (a [batch, seq] padding mask) reads BN elements per block,
+            # not BM x BN: its pointer block takes the shape of the indices it uses.
+            used = load.index.free_symbols
+            if load.indirect or (row in used and key in used):
+                return "smask", "szero"
+            return ("rmask", "rzero") if row in used else ("kmask", "kzero")
+
+        writer = TritonBodyWriter(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero",
+                                  guard=guard)
         score = "s"
         if k.mask is not None:
             mask = writer.value(k.mask)
@@ -540,8 +556,11 @@ class TritonRenderer:
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
         q_max = self._max(k.q_len)
-        # float32 operands take twice the shared memory and registers of half ones: smaller blocks.
-        bm = min(64 if wide or bd > 64 else 128, max(16, next_pow2(q_max)))
+        # Half operands: 64 x 64 blocks, 4 warps, 3 stages was the fastest of the configurations that
+        # scripts/gpu_attention_bench.py tries on an H200, at head dims 64 and 128, causal or masked (about 1.5x
+        # the 128-row blocks at seq 2048). float32 operands take twice the shared memory and registers: at head
+        # dims above 64, 32 keys per block.
+        bm = min(64, max(16, next_pow2(q_max)))
         bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self._max(k.kv_len))))
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
@@ -554,7 +573,7 @@ class TritonRenderer:
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "mask": k.mask is not None,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
-                "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bdv >= 128 * 64 else 4, "num_stages": 2,
+                "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 2 if wide else 3,
                          "errors": [c.what for c in writer.checks],
                          "grid": (_cdiv(k.q_len, bm), k.batch * k.heads, sympy.Integer(1))}}
         for name, view in views.items():

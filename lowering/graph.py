@@ -21,7 +21,7 @@ from .diagnostics import source_line, unsupported_ops_error
 from .ir import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from .prepack import unpack_shared
 from .registry import lowering_for
-from .symbolic import as_expr, index_var, product, size_symbol
+from .symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
 
 # A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones
@@ -29,6 +29,11 @@ from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
 INLINE_SHARED_MAX_NODES = 4
 # A lazy value whose expression grows past this is stored, however many ops read it.
 INLINE_MAX_NODES = 160
+# A shared value at least this many times larger than everything it reads is a broadcast (a [batch, seq]
+# padding mask seen as [batch, heads, seq, seq] by every attention layer): storing it would write and re-read
+# the large form, so its readers recompute it from the small sources, up to this many nodes.
+EXPANSION_MIN_RATIO = 8
+EXPANSION_INLINE_MAX_NODES = 48
 
 # Graph nodes with no effect on the computed values (shape assertions torch.export inserts).
 _IGNORED = {
@@ -291,11 +296,21 @@ class GraphLowering:
     def _maybe_store(self, node: torch.fx.Node, value: TensorValue) -> TensorValue:
         if value.view is not None:
             return value
-        size = scalar.size_of(value.loader(tuple(index_var("i", d) for d in range(value.rank))))
+        expr = value.loader(tuple(index_var("i", d) for d in range(value.rank)))
+        size = scalar.size_of(expr)
         shared = len(node.users) > 1 and size > INLINE_SHARED_MAX_NODES
+        if shared and size <= EXPANSION_INLINE_MAX_NODES and self._is_expansion(value, expr):
+            return value
         if shared or size > INLINE_MAX_NODES:
             return self.realize(value)
         return value
+
+    def _is_expansion(self, value: TensorValue, expr: scalar.Node) -> bool:
+        """Whether `value` has EXPANSION_MIN_RATIO times more elements than the buffers it reads, together,
+        at the declared maxima."""
+        ranges = {size_symbol(s.name): (s.min, s.max) for s in self.symbols}
+        read = sum(upper_bound(product(self.buffers[load.buffer].shape), ranges) for load in scalar.loads(expr))
+        return upper_bound(product(value.shape), ranges) >= EXPANSION_MIN_RATIO * max(read, 1)
 
     def _outputs(self, node: torch.fx.Node) -> None:
         values = torch.fx.node.map_arg(node.args[0], lambda n: self.env[n])

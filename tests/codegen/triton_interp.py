@@ -86,8 +86,10 @@ def load_module(source: str, interpret: bool):
 
 
 def run_program(program: Program, library: TritonLibrary, inputs: list[torch.Tensor], device: str = "cpu",
-                interpret: bool = True) -> tuple[list[torch.Tensor], list[str]]:
-    """Outputs of the program on `inputs` and the messages of any failed checks."""
+                interpret: bool = True, state: dict | None = None) -> tuple[list[torch.Tensor], list[str]]:
+    """Outputs of the program on `inputs` and the messages of any failed checks. `state`, where given, receives
+    the buffers ("buffers", by name), the symbols' values ("values") and the kernel symbol arguments
+    ("sym_values"), so a caller can launch one step again (scripts/gpu_attention_bench.py times one)."""
     module = load_module(library.source, interpret)
     values: dict[sympy.Symbol, int] = {}
     buffers: dict[str, torch.Tensor] = {}
@@ -108,6 +110,8 @@ def run_program(program: Program, library: TritonLibrary, inputs: list[torch.Ten
     kernels = {k.name: k for k in library.kernels}
     errors: list[str] = []
     sym_values = [values.get(s.expr, 0) for s in program.symbols]
+    if state is not None:
+        state.update(buffers=buffers, values=values, sym_values=sym_values)
     for kname, args, grid in zip(library.step_kernels, library.step_args, library.step_grids):
         kernel = kernels[kname]
         grid = tuple(evaluate(g, values) for g in grid)

@@ -1,0 +1,116 @@
+"""The Triton attention kernel alone, against torch's own sdpa, over block configurations (a tuning aid).
+
+    python scripts/gpu_attention_bench.py [SEQ ...]        # default: 512 2048
+
+For each shape (BERT-like with a padding mask, GPT-2-like causal, Llama-like causal with grouped-query heads
+at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
+Triton's JIT (tests/codegen/triton_interp.py) to check the result against eager, then times the attention
+kernel at the configuration the exporter picks and at others, next to torch.nn.functional's sdpa on the same
+inputs. Prints one line per measurement: milliseconds and TFLOP/s. Needs a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests" / "codegen"), str(REPO / "tests" / "e2e")]
+
+# name: (batch, SelfAttention(heads, kv_heads, dim, value_dim, causal, mask))
+SHAPES = {
+    "bert_pad_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
+    "gpt2_causal_b1_d64": (1, (12, 12, 64, 64, True, None)),
+    "llama_gqa_b1_d64": (1, (16, 4, 64, 64, True, None)),
+    "gqa_causal_b1_d128": (1, (32, 8, 128, 128, True, None)),
+}
+# (BM, BN, num_warps, num_stages) tried besides the exporter's choice
+CONFIGS = [(128, 64, 8, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 3),
+           (64, 64, 4, 4), (64, 32, 4, 3), (64, 128, 4, 3), (32, 64, 4, 3)]
+
+
+def cuda_ms(fn, repeat: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def main() -> int:
+    import triton_interp
+    from aotpack.exporter import ModelSpec, capture, resolve_symbols
+    from aotpack.exporter.dtype import with_dtype
+    from aotpack.lowering.codegen_triton import render_triton_library
+    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.graph import GraphLowering
+    from aotpack.lowering.symbolic import evaluate
+    from aotpack.verification import relative_error
+    from test_attention import SelfAttention, _pad
+
+    seqs = [int(a) for a in sys.argv[1:]] or [512, 2048]
+    for name, (batch, args) in SHAPES.items():
+        torch.manual_seed(0)
+        heads, kv_heads, dim, value_dim, causal, mask = args
+        model = SelfAttention(*args).eval()
+        reference = copy.deepcopy(model)  # float32; the spec's model is converted to bfloat16
+        spec = with_dtype(ModelSpec(REPO, model, (torch.randn(2, 8, 16), _pad(2, 8)), ("x", "pad"),
+                                    {"x": {0: "batch", 1: "seq"}, "pad": {0: "batch", 1: "seq"}},
+                                    {"batch": (1, 8), "seq": (1, max(seqs))}), torch.bfloat16)
+        plan = resolve_symbols(spec)
+        program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+        library = render_triton_library(program)
+        step = next(i for i, s in enumerate(program.steps) if s.family == "attention")
+        kernel = next(k for k in library.kernels if k.name == library.step_kernels[step])
+        chosen = dict(kernel.constexprs)
+        for seq in seqs:
+            x = torch.randn(batch, seq, 16, dtype=torch.bfloat16)
+            pad = _pad(batch, seq).to(torch.bfloat16)
+            with torch.no_grad():
+                ref = reference(x.float(), pad.float())
+            # the program's buffers after one run through Triton's JIT, to launch its attention step alone
+            state: dict = {}
+            outs, errors = triton_interp.run_program(program, library, [x, pad], device="cuda", interpret=False,
+                                                     state=state)
+            err = relative_error(outs[0].float().cpu().numpy(), ref.numpy())
+            flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+            call = [state["buffers"][a] for a in library.step_args[step]]
+            call += [state["sym_values"][i] for i in kernel.symbols]
+            if kernel.errors:
+                call.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
+            fn = getattr(triton_interp.load_module(library.source, False), kernel.name)
+            rows = evaluate(library.step_grids[step][1], state["values"])
+            print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
+                  f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
+            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages), *CONFIGS]
+            for bm, bn, warps, stages in dict.fromkeys(configs):
+                launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call, **{**chosen, "BM": bm, "BN": bn},
+                                           num_warps=warps, num_stages=stages)
+                try:
+                    ms = cuda_ms(launch)
+                except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
+                    print(f"  BM {bm} BN {bn} w{warps} s{stages}: failed {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s")
+            q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
+            k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")
+            v = torch.randn(batch, kv_heads, seq, value_dim, dtype=torch.bfloat16, device="cuda")
+            bool_mask = (pad > 0).cuda()[:, None, None, :] if mask else None
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            ms = cuda_ms(functools.partial(sdpa, q, k, v, attn_mask=bool_mask, is_causal=causal,
+                                           enable_gqa=heads != kv_heads))
+            print(f"  torch sdpa:            {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
