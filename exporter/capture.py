@@ -18,6 +18,7 @@ from ..errors import CaptureError
 from .diagnose import CaptureContext, explain
 from .dynamic import SymbolSpec, capture_examples
 from .frames import UserFiles, one_line, short_path
+from .min_max import simplified_min_max
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
@@ -49,20 +50,23 @@ def capture(
     inputs, example_notes = capture_examples(spec, symbols)
     files = UserFiles(spec.path)
     spec.model.eval()
-    try:
-        with torch.no_grad(), quiet_torch():
-            # Non-strict: the user's Python runs as written, so their errors carry their own frames.
-            program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as e:
-        raise _explained(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
-    try:
-        with quiet_torch():
-            program = program.run_decompositions(decomposition_table(decompositions))
-    except Exception as e:
-        raise CaptureError(
-            f"decomposing the captured graph to core ATen failed: {type(e).__name__}: {one_line(str(e))}"
-            + _original_line(str(e))
-        ) from e
+    # torch 2.11 cannot prove guards such as Min(16*seq, 32*seq) == 16*seq that every grouped-query
+    # attention adds; simplified_min_max() gives it torch 2.13's rule for them (min_max.py says why).
+    with simplified_min_max():
+        try:
+            with torch.no_grad(), quiet_torch():
+                # Non-strict: the user's Python runs as written, so their errors carry their own frames.
+                program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as e:
+            raise _explained(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
+        try:
+            with quiet_torch():
+                program = program.run_decompositions(decomposition_table(decompositions))
+        except Exception as e:
+            raise CaptureError(
+                f"decomposing the captured graph to core ATen failed: {type(e).__name__}: {one_line(str(e))}"
+                + _original_line(str(e))
+            ) from e
 
     _reject_mutations(program, files)
     symbol_of = _symbol_of(program, spec, symbols)

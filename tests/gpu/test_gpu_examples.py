@@ -23,9 +23,6 @@ DYNAMIC = {"cnn": ("height=32..32", "width=32..32")}
 # The Hugging Face examples at their small (test) sizes; scripts/gpu_acceptance.py runs the real ones.
 @pytest.mark.parametrize("example", ["mlp", "cnn", "transformer_block", "gpt2", "bert", "llama", "vit"])
 def test_example_on_cuda(example, tmp_path, rt, cuda_arch):
-    if example == "llama" and tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13):
-        pytest.skip("torch < 2.13 cannot keep seq dynamic when exporting transformers' Llama (its guard "
-                    "Min(16*seq, 32*seq) == 16*seq); export it with torch 2.13, which this project's set-up installs")
     spec = load_model_file(EXAMPLES / example / "model.py")
     plan = resolve_symbols(spec, parse_dynamic_specs(DYNAMIC.get(example, ())))
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())

@@ -103,6 +103,15 @@ def test_min_one_kept_with_size_one_example():
     torch.testing.assert_close(run(captured, tokens), tokens.float().cumsum(1) + 1)
 
 
+def test_merging_repeated_heads_keeps_seq_dynamic():
+    # Min(16*seq, 32*seq) == 16*seq: torch 2.11 cannot prove it alone (exporter/min_max.py), 2.13 can.
+    captured = export("repeat_heads.py")
+    assert symbol_ranges(captured) == {"seq": (1, 2048)}
+    k = torch.randn(2, 2, 3, 16)
+    expected = k.repeat_interleave(2, dim=1) * 2
+    torch.testing.assert_close(run(captured, k), expected)
+
+
 def test_nested_outputs_flattened():
     captured = export("nested_out.py")
     assert captured.output_names == ("output_0", "output_1", "output_2")
