@@ -20,6 +20,7 @@ from ..errors import UnsupportedError
 from . import scalar
 from .ir import (
     AttentionKernel,
+    GatheredOperand,
     Kernel,
     MatmulKernel,
     PointwiseKernel,
@@ -27,6 +28,8 @@ from .ir import (
     ReductionKernel,
     ScatterKernel,
     StridedView,
+    operand_vars,
+    split_gather,
 )
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, to_cpp
@@ -365,7 +368,8 @@ class KernelRenderer:
         """Per-thread scratch the kernel takes from the runtime (kernel ABI thread_scratch)."""
         if isinstance(kernel, MatmulKernel) and kernel.dtype in ("float32", "float16", "bfloat16"):
             b = self.MATMUL_BLOCKS
-            return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"])
+            column_offsets = 8 * b["nc"] if isinstance(kernel.b, GatheredOperand) else 0
+            return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"]) + column_offsets
         if isinstance(kernel, AttentionKernel):
             bm, bn = self.ATTENTION_BLOCKS["bm"], self.ATTENTION_BLOCKS["bn"]
             d, dvp = int(kernel.head_dim), _round_up(int(kernel.value_dim), 16)
@@ -375,12 +379,24 @@ class KernelRenderer:
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         writer = BodyWriter(arg_names, sym_names)
-        a_dtype = self.program.buffers[k.a.buffer].dtype
-        b_dtype = self.program.buffers[k.b.buffer].dtype
-        exprs = [k.batch, k.m, k.n, k.k, k.a.offset, *k.a.strides, k.b.offset, *k.b.strides]
+        exprs = [k.batch, k.m, k.n, k.k]
+        for operand in (k.a, k.b):
+            if isinstance(operand, GatheredOperand):
+                exprs += scalar.index_exprs(operand.value)
+            else:
+                exprs += [operand.offset, *operand.strides]
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
-                    a=self._view(k.a, writer), b=self._view(k.b, writer), a_ctype=STORAGE_CTYPE[a_dtype],
+                    a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
+                    b_split=False)
+        if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
+            if k.dtype not in ("float32", "float16", "bfloat16"):
+                raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
+                                       "generation; this is an aotpack bug (GATHER_DTYPES, ops_linalg.py)")
+            return self._matmul_gathered(k, data, arg_names, sym_names)
+        a_dtype = self.program.buffers[k.a.buffer].dtype
+        b_dtype = self.program.buffers[k.b.buffer].dtype
+        data.update(a=self._view(k.a, writer), b=self._view(k.b, writer), a_ctype=STORAGE_CTYPE[a_dtype],
                     b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
         if k.dtype in ("float32", "float16", "bfloat16"):
             a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
@@ -398,6 +414,45 @@ class KernelRenderer:
                     load_a=f"static_cast<{acc}>({load_from_storage(a_elem, a_dtype)})",
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
+        return data
+
+    def _matmul_gathered(self, k: MatmulKernel, data: dict[str, Any], arg_names: dict[str, str],
+                         sym_names: dict[sympy.Symbol, str]) -> dict[str, Any]:
+        """The float matmul with a gathered operand (implicit GEMM): the packing loops evaluate its expression
+        straight into the panels the micro-kernel reads, instead of copying them from memory."""
+        g0, g1, g2 = operand_vars()
+        names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
+        widen = {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}
+        data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=k.b_packed,
+                    store=store_to_storage("tile[i * NC + j]", k.dtype))
+        writer = BodyWriter(arg_names, names)
+        for side, operand in (("a", k.a), ("b", k.b)):
+            if not isinstance(operand, GatheredOperand):
+                dtype = self.program.buffers[operand.buffer].dtype
+                data.update({side: self._view(operand, writer), f"{side}_ctype": STORAGE_CTYPE[dtype],
+                             f"{side}_name": arg_names[operand.buffer]})
+                if side == "a":
+                    a_elem = "row[k]" if operand.strides[2] == 1 else "row[k * a_sk]"
+                    data.update(load_a=f"static_cast<float>({load_from_storage(a_elem, dtype)})",
+                                a_rows=dtype == "float32" and operand.strides[2] == 1)
+                else:
+                    data.update(load_b_at=widen.get(dtype, "static_cast<float>"),
+                                b_n_contiguous=operand.strides[2] == 1)
+                continue
+            data.update({side: {"offset": "0", "strides": ["0", "0", "0"]}, f"{side}_name": None})
+            if side == "a":
+                data.update(a_rows=False)
+            split = split_gather(operand, g1) if side == "b" else None
+            if split is not None:
+                load, col, row = split
+                dtype = self.program.buffers[load.buffer].dtype
+                data.update(b_split=True, b_name=arg_names[load.buffer], b_ctype=STORAGE_CTYPE[dtype],
+                            load_b_at=widen.get(dtype, "static_cast<float>"),
+                            b_row_offset=to_cpp(row, names), b_col_offset=to_cpp(col, names))
+                continue
+            element = BodyWriter(arg_names, names)
+            value = element.value(operand.value)
+            data.update({f"{side}_lines": element.lines, f"{side}_value": f"static_cast<float>({value})"})
         return data
 
     # A task of the attention kernel (templates/cpp/attention.cpp.jinja) owns BM query rows (a multiple of the

@@ -28,13 +28,17 @@ from ..errors import UnsupportedError
 from . import scalar
 from .ir import (
     AttentionKernel,
+    GatheredOperand,
     Kernel,
     MatmulKernel,
+    Operand,
     PointwiseKernel,
     Program,
     ReductionKernel,
     ScatterKernel,
     StridedView,
+    operand_vars,
+    split_gather,
 )
 from .scalar import Const, IndexValue, Load, Node, Op
 from .symbolic import contiguous_strides, index_var, product, upper_bound
@@ -498,10 +502,36 @@ class TritonRenderer:
     def _view(self, view: StridedView, writer: TritonBodyWriter) -> dict[str, Any]:
         return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
 
+    def _gathered(self, operand: GatheredOperand, side: str, rows: str, cols: str, arg_names: dict[str, str],
+                  sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
+        """How the k loop computes a gathered operand's tile (implicit GEMM); `rows` and `cols` name the
+        tile's row and column indices as broadcastable int64 blocks. One load at an offset that splits into a
+        part without k and a part with it (convolution's columns) loads at the first part, computed once
+        before the loop, plus the second; any other expression is evaluated whole for each tile."""
+        g0, g1, g2 = operand_vars()
+        names = {**sym_names, g0: "bi", g1: rows, g2: cols}
+        k_var, fixed_shape, k_shape = (g2, "[BM, 1]", "[1, BK]") if side == "a" else \
+            (g1, "[1, BN]", "[BK, 1]")
+        split = split_gather(operand, k_var)
+        if split is not None:
+            load, fixed, with_k = split
+            return {"gather": True, "split": True, "name": arg_names[load.buffer],
+                    "fixed": f"{to_triton(fixed, names)} + tl.zeros({fixed_shape}, tl.int64)",
+                    "with_k": f"{to_triton(with_k, names)} + tl.zeros({k_shape}, tl.int64)", "checks": []}, []
+        writer = TritonBodyWriter(arg_names, names, f"{side}_mask", prefix=f"{side}g", zero=f"{side}_zero")
+        value = writer.value(operand.value)
+        return {"gather": True, "split": False, "lines": writer.lines, "value": value}, writer.checks
+
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         writer = TritonBodyWriter(arg_names, sym_names, "")
-        dtypes = {self.program.buffers[k.a.buffer].dtype, self.program.buffers[k.b.buffer].dtype, k.dtype}
+
+        def dtype_of(operand: Operand) -> str:
+            if isinstance(operand, GatheredOperand):
+                return operand.dtype
+            return self.program.buffers[operand.buffer].dtype
+
+        dtypes = {dtype_of(k.a), dtype_of(k.b), k.dtype}
         if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
@@ -511,17 +541,30 @@ class TritonRenderer:
         bn = min(128 if not wide else 64, max(16, next_pow2(n_max)))
         bk = min(32 if wide else 64, max(16, next_pow2(k_max)))
         constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}
-        exprs = [k.batch, k.m, k.n, k.k, k.a.offset, *k.a.strides, k.b.offset, *k.b.strides]
-        params = self._params(k, exprs, False, constexprs)
+        exprs = [k.batch, k.m, k.n, k.k]
+        operands: dict[str, Any] = {}
+        checks: list[Check] = []
+        sides = (("a", k.a, "rm[:, None]", "gk[None, :]"), ("b", k.b, "gk[:, None]", "rn[None, :]"))
+        for side, operand, rows, cols in sides:
+            if isinstance(operand, GatheredOperand):
+                exprs += scalar.index_exprs(operand.value)
+                operands[side], side_checks = self._gathered(operand, side, rows, cols, arg_names, sym_names)
+                operands[side]["checks"] = _checks(side_checks, first=len(checks) + 1)
+                checks += side_checks
+            else:
+                exprs += [operand.offset, *operand.strides]
+                operands[side] = {"gather": False, **self._view(operand, writer)}
+                operands[f"{side}_name"] = arg_names[operand.buffer]
+        params = self._params(k, exprs, bool(checks), constexprs)
         compute = "tl.float64" if k.dtype == "float64" else ("tl.float32" if k.dtype == "float32" else None)
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
+        if k.b_packed:
+            # a packed b (lowering/prepack.py) advances 16 elements per k; its panel offset is in the template
+            operands["b"] = {"gather": False, "offset": "0", "strides": ["0", "16", "0"]}
         return {
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
-            "k": writer.index(k.k), "a": self._view(k.a, writer),
-            # a packed b (lowering/prepack.py) advances 16 elements per k; its panel offset is in the template
-            "b": {"offset": "0", "strides": ["0", "16", "0"]} if k.b_packed else self._view(k.b, writer),
+            "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
             "b_packed": k.b_packed,
-            "a_name": arg_names[k.a.buffer], "b_name": arg_names[k.b.buffer],
             # A constant b the lowering laid out in [ceil(N/16), K, 16] panels (lowering/prepack.py): element
             # (k, n) sits at (n // 16) * 16K + 16k + n % 16.
             "b_panel_k": int(k.k) if getattr(k, "b_packed", False) else None,
@@ -530,8 +573,9 @@ class TritonRenderer:
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
             "store_value": self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
-                     "num_stages": 3, "errors": [], "grid": grid},
+                     "num_stages": 3, "errors": [c.what for c in checks], "grid": grid},
         }
+
     def _attention(self, k: AttentionKernel) -> dict[str, Any]:
         arg_names, sym_names = self._names(k)
         # The mask's index variables: b and h are the program's scalars, i and j its row and key blocks.
@@ -582,8 +626,8 @@ class TritonRenderer:
         return data
 
 
-def _checks(checks: list[Check]) -> list[dict[str, Any]]:
-    return [{"condition": c.condition, "code": i + 1} for i, c in enumerate(checks)]
+def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
+    return [{"condition": c.condition, "code": first + i} for i, c in enumerate(checks)]
 
 
 def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:

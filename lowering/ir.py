@@ -13,6 +13,7 @@ import sympy
 
 from . import scalar
 from .scalar import Load, Node
+from .symbolic import index_var
 
 BUFFER_KINDS = ("input", "weight", "arena", "output")
 
@@ -35,6 +36,52 @@ class StridedView:
     buffer: str
     offset: sympy.Expr
     strides: tuple[sympy.Expr, ...]
+
+
+@dataclass(frozen=True)
+class GatheredOperand:
+    """A matmul operand that is an expression, not memory: element [b, r, c] (batch, row, column) is `value`,
+    a scalar expression of the index variables g0, g1, g2 (`operand_vars`). The kernel evaluates it for each
+    tile it loads, so the operand is never stored: convolution's columns are gathered from the input this way
+    (implicit GEMM), and a transposed, padded or otherwise lazy operand could be too."""
+
+    value: Node
+
+    @property
+    def dtype(self) -> str:
+        return self.value.dtype
+
+    def buffers(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+Operand = StridedView | GatheredOperand
+
+
+def operand_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """The index variables (batch, row, column) of a GatheredOperand's expression."""
+    return index_var("g", 0), index_var("g", 1), index_var("g", 2)
+
+
+def split_gather(operand: GatheredOperand, k_var: sympy.Symbol) -> tuple[Load, sympy.Expr, sympy.Expr] | None:
+    """(the load, its offset's part without `k_var`, the part with it) when a gathered operand is one plain
+    load whose offset is such a sum, no term mixing k with the other index, as convolution's columns are. A
+    kernel then computes the first part once per tile and the second once per step of k, instead of the
+    whole offset (divisions included) for every element. None for any other expression."""
+    node = operand.value
+    if not isinstance(node, Load) or node.indirect:
+        return None
+    _, g1, g2 = operand_vars()
+    other = g2 if k_var == g1 else g1
+    terms = sympy.Add.make_args(sympy.expand(node.index))
+    with_k = [t for t in terms if k_var in t.free_symbols]
+    if any(other in t.free_symbols for t in with_k):
+        return None
+    return node, sympy.Add(*[t for t in terms if k_var not in t.free_symbols]), sympy.Add(*with_k)
+
+
+def operand_buffers(operand: Operand) -> tuple[str, ...]:
+    return operand.buffers() if isinstance(operand, GatheredOperand) else (operand.buffer,)
 
 
 @dataclass(frozen=True)
@@ -95,15 +142,16 @@ class ScatterKernel:
 
 @dataclass(frozen=True)
 class MatmulKernel:
-    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views, `out` is contiguous.
+    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views or gathered expressions
+    (GatheredOperand, of the operands' dtype), `out` is contiguous.
 
     With `b_packed`, b is a constant that export already laid out the way the kernel consumes it
     (16-column panels, see lowering/prepack.py); `b_source` keeps the plain view it was made from.
     """
 
     output: str
-    a: StridedView
-    b: StridedView
+    a: Operand
+    b: Operand
     batch: sympy.Expr
     m: sympy.Expr
     n: sympy.Expr
@@ -115,7 +163,7 @@ class MatmulKernel:
     family = "matmul"
 
     def reads(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.a.buffer, self.b.buffer)))
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b))))
 
 
 @dataclass(frozen=True)

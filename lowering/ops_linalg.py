@@ -1,4 +1,4 @@
-"""Matmul and convolution: template kernels reading strided views of buffers."""
+"""Matmul and convolution: template kernels reading strided views of buffers or gathered expressions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from ..errors import UnsupportedError
 from . import values as V
 from .graph import GraphLowering
-from .ir import MatmulKernel, StridedView
+from .ir import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
 from .prepack import PANEL, can_prepack, pack_panels
 from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Op, cast
@@ -29,23 +29,46 @@ def _batched_view(ctx: GraphLowering, x: TensorValue) -> StridedView:
     return view
 
 
+# Dtypes whose matmul kernels (templates/cpp/matmul.cpp.jinja, templates/triton/matmul.py.jinja) evaluate a
+# gathered operand while loading tiles; the integer and float64 CPU kernel (matmul_generic) reads memory only.
+GATHER_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def can_gather(operand_dtype: str, out_dtype: str) -> bool:
+    return operand_dtype in GATHER_DTYPES and out_dtype in GATHER_DTYPES
+
+
+def _operand(ctx: GraphLowering, x: TensorValue, gather: bool, out_dtype: str) -> Operand:
+    """x as a [batch, rows, cols] operand: a strided view of memory, or with `gather` a lazy x's own
+    expression, which the kernel evaluates tile by tile instead of reading a buffer written for it first."""
+    if x.view is not None or not gather or not can_gather(x.dtype, out_dtype):
+        return _batched_view(ctx, x)
+    g0, g1, g2 = operand_vars()
+    return GatheredOperand(cast(x.loader((g0, g1, g2) if x.rank == 3 else (g1, g2)), x.dtype))
+
+
 def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue) -> TensorValue:
     return matmul_values(ctx, a, b, ctx.dtype_of(node))
 
 
-def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype: str) -> TensorValue:
-    """a @ b for 2-d or 3-d (batched) operands, into a new buffer; a constant b is packed at export."""
+def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype: str, *,
+                  gather_a: bool = False, gather_b: bool = False) -> TensorValue:
+    """a @ b for 2-d or 3-d (batched) operands, into a new buffer; a constant b is packed at export.
+
+    A lazy operand is computed into memory first, unless `gather_a`/`gather_b` asks the kernel to evaluate its
+    expression as it loads each tile (GatheredOperand): worth it when the expression is cheap to repeat for
+    every tile that reads it (one affine load, as convolution's columns are) and large to store."""
     if a.dtype != b.dtype:
         raise UnsupportedError(f"matmul of {a.dtype} and {b.dtype}: both operands must have the same dtype")
     batch = a.shape[0] if a.rank == 3 else (b.shape[0] if b.rank == 3 else sympy.Integer(1))
     shape = ((batch,) if a.rank == 3 or b.rank == 3 else ()) + (a.shape[-2], b.shape[-1])
     out = ctx.new_buffer(out_dtype, shape)
     kernel = MatmulKernel(
-        output=out, a=_batched_view(ctx, a), b=_batched_view(ctx, b), batch=batch,
-        m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], dtype=out_dtype,
+        output=out, a=_operand(ctx, a, gather_a, out_dtype), b=_operand(ctx, b, gather_b, out_dtype),
+        batch=batch, m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], dtype=out_dtype,
     )
-    b_buffer = ctx.buffers[kernel.b.buffer]
-    if can_prepack(kernel, b_buffer.dtype, b_buffer.kind):
+    b_buffer = ctx.buffers[kernel.b.buffer] if isinstance(kernel.b, StridedView) else None
+    if b_buffer is not None and can_prepack(kernel, b_buffer.dtype, b_buffer.kind):
         k, n = int(kernel.k), int(kernel.n)
         packed = pack_panels(ctx.weights[b_buffer.source], kernel.b, k, n)
         name = ctx.weight(packed, f"{b_buffer.source}.panels{PANEL}")
@@ -88,9 +111,11 @@ def _pair(value: Any, rank: int) -> tuple[int, int]:
 def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
                  stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                  groups: int) -> TensorValue:
-    """Convolution as a matrix product (im2col): one column per output position, one row per input channel
-    and kernel tap, so it runs on the matmul kernel. The column matrix is a gather from the input, zero
-    padded once beforehand; the bias and the NCHW layout of the result stay lazy and fuse into its reader."""
+    """Convolution as a matrix product: one column per output position, one row per input channel and
+    kernel tap, so it runs on the matmul kernel. The columns are a gather from the input, zero padded once
+    beforehand, that the matmul evaluates as it loads each tile (implicit GEMM: the kh*kw times larger
+    column matrix is never stored); the bias and the NCHW layout of the result stay lazy and fuse into its
+    reader."""
     spatial = x.rank - 2
     if transposed:
         raise UnsupportedError("transposed convolution (ConvTranspose) is not supported yet")
@@ -99,17 +124,25 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     if any(not s.is_number for s in weight.shape):
         raise UnsupportedError("a convolution weight must have a fixed shape")
     out_shape = ctx.shape_of(node)
+    out_dtype = x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node)
+    implicit = can_gather(x.dtype, out_dtype)
     if spatial == 1:  # run 1-d as 2-d with a height of 1
         x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
     stride2, padding2, dilation2 = _pair(stride, spatial), _pair(padding, spatial), _pair(dilation, spatial)
     if spatial == 1:
         padding2 = (0, padding2[1])
     c_out, c_group, kh, kw = (int(s) for s in weight.shape)
-    if x.view is None and (kh * kw > 1 or padding2 != (0, 0)):
+    if x.view is None and (implicit or kh * kw > 1 or padding2 != (0, 0)):
         # The columns read each input element kh*kw times: compute it once. Computed before padding, where
-        # its own loads stay free of the padding's clamps and vectorise.
+        # its own loads stay free of the padding's clamps and vectorise. With implicit GEMM even a 1x1
+        # convolution's input is computed first, so that the columns are one affine load (below).
         x = ctx.realize(x)
     if padding2 != (0, 0):
+        # Padded in memory (one pass over the input, not kh*kw) rather than by a select in the matmul's tile
+        # loads: every tap then lies inside the padded input, so a column element is one load at an offset
+        # affine in the tap and in the output position, with no clamp or select. Triton's tile load stays a
+        # plain load, and the CPU kernel splits the offset into a per-row and a per-column part, reading
+        # the columns straight into its packed panels (templates/cpp/matmul.cpp.jinja).
         x = ctx.realize(_zero_padded(x, padding2))
     n = x.shape[0]
     g = int(groups)
@@ -117,21 +150,23 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     out_w = out_shape[-1]
     taps = c_group * kh * kw
 
-    # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order
-    # and needs no division per element. Every tap lies inside the padded input, so its reads are affine in
-    # the output position, with no clamp or select: the gather vectorises.
+    # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order.
     def column(idx: tuple) -> Any:
         gi, t, ni, oh, ow = idx
         c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
         return x.loader((ni, gi * c_group + c, oh * stride2[0] + a * dilation2[0], ow * stride2[1] + b * dilation2[1]))
 
-    cols = ctx.realize(TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column))
+    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column)
+    if not implicit:
+        # The integer and float64 CPU matmul reads memory only: im2col, the column buffer written by one
+        # elementwise kernel whose loops follow (n, oh, ow), so it needs no division per element.
+        cols = ctx.realize(cols)
     cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * out_h * out_w))
     # The weight [g * c_out/g, c_group, kh, kw] is the left operand, [g, c_out/g, taps], so the product
     # [g, c_out/g, (n, oh, ow)] is channel-major: readers of the NCHW result (pooling, batch norm) read
     # contiguous rows, and the columns are the right operand's rows, copied into panels without transposing.
     w_mat = V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps)))
-    product = matmul_values(ctx, w_mat, cols, x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node))
+    product = matmul_values(ctx, w_mat, cols, out_dtype, gather_b=True)
 
     def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), co % (c_out/g), (n, oh, ow)]
         ni, co = idx[0], idx[1]
