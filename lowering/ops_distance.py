@@ -15,7 +15,7 @@ import torch
 
 from ..errors import UnsupportedError
 from .graph import GraphLowering
-from .ops_index import indirect_load
+from .ops_index import addressable, indirect_load
 from .registry import OptionalOps, lowers
 from .scalar import Const, Node, Op, cast
 from .values import TensorValue, broadcast_to, from_buffer
@@ -77,6 +77,7 @@ def _pdist(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, p: float = 2
     pairs = torch.triu_indices(int(rows), int(rows), 1).T.contiguous()
     table = from_buffer(ctx.weight(pairs, f"{node.name}_pairs"), "int64",
                         (sympy.Integer(len(pairs)), sympy.Integer(2)))
+    x = addressable(ctx, x)
     dtype = ctx.dtype_of(node)
     what = f"pdist at {ctx.where()}: a row of the pair table is outside the input (an aotpack bug)"
 

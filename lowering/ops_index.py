@@ -15,6 +15,7 @@ from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .registry import OptionalOps, lowers
 from .scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
+from .symbolic import index_var
 from .values import TensorValue, broadcast_to, unsqueeze
 
 aten = OptionalOps(torch.ops.aten)
@@ -33,19 +34,48 @@ def indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what
 
 
 def attach_indirect(node: Node, indirect: Indirect) -> Node:
-    """Adds `indirect` to every load whose index uses its variable."""
+    """Adds `indirect` to every load whose index uses its variable, including the loads that compute other
+    positions (a gather of a gather). A load that binds the same variable already (an inner gather along the
+    same dimension) keeps its own binding."""
     if isinstance(node, Load):
-        if indirect.var in node.index.free_symbols:
-            return Load(node.buffer, node.index, node.dtype, node.indirect + (indirect,))
-        return node
+        inner = tuple(Indirect(i.var, attach_indirect(i.value, indirect), i.size, i.wrap, i.what) for i in node.indirect)
+        bound = any(i.var == indirect.var for i in node.indirect)
+        if indirect.var in node.index.free_symbols and not bound:
+            inner += (indirect,)
+        return Load(node.buffer, node.index, node.dtype, inner)
     if isinstance(node, Op):
         return Op(node.name, tuple(attach_indirect(a, indirect) for a in node.args), node.dtype)
+    if isinstance(node, IndexValue) and indirect.var in node.expr.free_symbols:
+        raise AssertionError(f"aotpack bug: a position from data reached {node}; the gathered value must be stored "
+                             "first (see addressable)")
     return node
+
+
+def addressable(ctx: GraphLowering, x: TensorValue) -> TensorValue:
+    """x, stored in a buffer first if any of its elements is computed from its own position outside a load
+    (an arange, a causal mask): a position taken from data is checked and bound only in a load's index."""
+    if x.view is not None:
+        return x
+    index = tuple(index_var("i", d) for d in range(x.rank))
+    if _uses_position(x.loader(index), set(index)):
+        return ctx.realize(x)
+    return x
+
+
+def _uses_position(node: Node, index: set) -> bool:
+    if isinstance(node, IndexValue):
+        return bool(node.expr.free_symbols & index)
+    if isinstance(node, Op):
+        return any(_uses_position(a, index) for a in node.args)
+    if isinstance(node, Load):
+        return any(_uses_position(i.value, index) for i in node.indirect)
+    return False
 
 
 @lowers(aten.embedding.default)
 def _embedding(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue, indices: TensorValue, *args: Any) -> TensorValue:
     what = f"embedding at {ctx.where()}: an index is outside 0..{weight.shape[0]}-1"
+    weight = addressable(ctx, weight)
 
     def load(idx: tuple) -> Node:
         return indirect_load(weight, [sympy.Integer(0), idx[-1]], 0, indices.loader(idx[:-1]), what, False)
@@ -57,6 +87,7 @@ def _embedding(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue, ind
 def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, index: TensorValue) -> TensorValue:
     dim %= max(x.rank, 1)
     what = f"index_select at {ctx.where()}: an index is outside the dimension"
+    x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
         pos = index.loader((idx[dim],) if index.rank and x.rank else ())
@@ -69,6 +100,7 @@ def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: 
 def _gather(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, index: TensorValue, *args: Any) -> TensorValue:
     dim %= max(x.rank, 1)
     what = f"gather at {ctx.where()}: an index is outside the dimension"
+    x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
         return indirect_load(x, list(idx), dim, index.loader(idx), what, False)
@@ -89,6 +121,7 @@ def _index(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, indices: lis
     bshape_rank = len(out_shape) - (x.rank - len(indexed))
     bshape = out_shape[first:first + bshape_rank]
     what = f"indexing at {ctx.where()}: an index is outside the dimension"
+    x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
         bidx = idx[first:first + bshape_rank]

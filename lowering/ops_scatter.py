@@ -18,7 +18,7 @@ import torch
 from ..errors import UnsupportedError
 from .graph import GraphLowering
 from .ir import ScatterKernel
-from .ops_index import indirect_load
+from .ops_index import addressable, indirect_load
 from .ops_reduce import cumulative
 from .registry import OptionalOps, lowers
 from .scalar import Const, Indirect, Load, Node, Op, cast, is_float
@@ -127,6 +127,7 @@ def _masked_put(ctx: GraphLowering, x: TensorValue, indices: list[Any], values: 
     rank = x.rank - k + 1
     row = next((j for j in range(values.rank) if j + rank - values.rank == p and values.shape[j] != 1), None)
     before = _trues_before(ctx, mask) if row is not None else None
+    values = addressable(ctx, values) if row is not None else values
     what = f"index_put at {ctx.where()}: values has fewer rows than the mask has true elements"
 
     def load(idx: tuple) -> Node:
@@ -168,7 +169,7 @@ def _masked_scatter(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, mas
     shape = ctx.shape_of(node)
     x, mask = broadcast_to(_cast(x, ctx.dtype_of(node)), shape), broadcast_to(mask, shape)
     before = _trues_before(ctx, mask)
-    flat = reshape(_cast(source, x.dtype), (product(source.shape),))
+    flat = addressable(ctx, reshape(_cast(source, x.dtype), (product(source.shape),)))
     what = f"masked_scatter at {ctx.where()}: source has fewer elements than mask has true elements"
 
     def load(idx: tuple) -> Node:

@@ -101,6 +101,10 @@ CASES: dict[str, tuple] = {
     "index_select_gather": (lambda x, idx: x.index_select(1, idx[0]) + torch.gather(x, 1, idx[:, :2].expand(-1, 2)
                                                                                   .repeat(1, 2)[:, :4] % 4),
                             [f32(4), ints(4, 4)], [0, 1], (1, 7)),
+    # Gathers from values computed from their own positions (an arange, as Hugging Face masks index one) and a
+    # gather of a gather along the same dimension.
+    "gather_of_positions": (lambda x, idx: torch.arange(4)[idx].float() + (x * 2)[:, idx[0]][:, idx[-1] % 3]
+                            + x.index_select(1, torch.arange(4).flip(0)[idx[0]]), [f32(4), ints(4, 3)], [0, 1], (1, 7)),
     "advanced_index": (lambda x, idx: x[idx] * 2 + x[idx, 1:2] + x[:, torch.tensor([2, 0])].sum(), [f32(3), ints(2)],
                        [0, 1], (1, 7)),
     # Repeated targets (indices drawn from 0..n-1, n of them) must fold exactly as eager's, for ints bit for bit.
