@@ -22,20 +22,23 @@ from typing import Any
 
 _lock = threading.Lock()
 _depth = 0
+# torch's own `_find_localzeros` while ours is installed: the classmethod object from the class's __dict__.
+# (Read back as a class attribute it would come out bound to MinMaxBase, and restoring that would make every
+# later Min/Max call run with cls=MinMaxBase: torch then fails with "impossible MinMaxBase".)
+_saved: Any = None
 
 
 @contextlib.contextmanager
 def simplified_min_max() -> Iterator[None]:
-    global _depth
+    global _depth, _saved
     base = _min_max_base()
     if base is None or hasattr(base, "_collapse_known_multiplicative_terms"):
         yield  # torch 2.13 and later have the rule; a torch with another layout is left alone
         return
     with _lock:
         if _depth == 0:
-            original = base.__dict__["_find_localzeros"]
-            base._find_localzeros = classmethod(_with_collapse(original.__func__))
-            base._aotpack_original_find_localzeros = original
+            _saved = base.__dict__["_find_localzeros"]
+            base._find_localzeros = classmethod(_with_collapse(_saved.__func__))
         _depth += 1
     try:
         yield
@@ -43,8 +46,8 @@ def simplified_min_max() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                base._find_localzeros = base._aotpack_original_find_localzeros
-                del base._aotpack_original_find_localzeros
+                base._find_localzeros = _saved
+                _saved = None
 
 
 def _min_max_base() -> Any:

@@ -49,3 +49,25 @@ def test_context_restores_torch_and_nests():
         pass
     assert MinMaxBase.__dict__["_find_localzeros"] is before
     assert not hasattr(MinMaxBase, "_aotpack_original_find_localzeros")
+
+
+def test_leaving_the_context_restores_the_unbound_classmethod(monkeypatch):
+    """Two captures in a row: after each, the subclasses' calls must again get their own class (restoring a
+    method bound to the base made every later Min/Max fail with "impossible MinMaxBase" under torch 2.11)."""
+    from aotpack.exporter import min_max
+
+    class Base:
+        @classmethod
+        def _find_localzeros(cls, values, **options):
+            return {cls.__name__}
+
+    class Min(Base):
+        pass
+
+    original = Base.__dict__["_find_localzeros"]
+    monkeypatch.setattr(min_max, "_min_max_base", lambda: Base)
+    for _ in range(2):
+        with simplified_min_max():
+            assert Min._find_localzeros(()) == {"Min"}
+        assert Base.__dict__["_find_localzeros"] is original
+        assert Min._find_localzeros(()) == {"Min"}
