@@ -105,3 +105,42 @@ def test_attention_kernel_replaces_scores_in_the_arena(tmp_path):
                                tmp_path / f"m{top}.aotpack")
         sizes.append(result.manifest["metadata"]["arena_bytes"])
     assert sizes[1] <= 2 * sizes[0] + 4096, sizes
+
+
+class TwoLayersOneMask(nn.Module):
+    """Two attention layers reading one [batch, 1, seq, seq] mask broadcast from a [batch, seq] padding row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.ModuleList(nn.Linear(16, 3 * 16) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        mask = (pad[:, None, :, None] > -1) & (pad[:, None, None, :] > 0)
+        for qkv in self.qkv:
+            q, k, v = (t.view(b, s, 2, 8).transpose(1, 2) for t in qkv(x).chunk(3, -1))
+            x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, s, 16)
+        return x
+
+
+def test_a_broadcast_mask_is_recomputed_not_stored(tmp_path, rt):
+    """The shared [batch, 1, seq, seq] mask stays an expression of the [batch, seq] input (no seq x seq buffer),
+    and the result still matches eager."""
+    from aotpack.lowering.graph import GraphLowering
+
+    torch.manual_seed(0)
+    model = TwoLayersOneMask().eval()
+    spec = ModelSpec(HERE, model, (torch.randn(2, 8, 16), _pad(2, 8)), ("x", "pad"),
+                     {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 64)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    program = GraphLowering(captured).run()
+    assert sum(step.family == "attention" for step in program.steps) == 2
+    assert not [b for b in program.buffers.values() if b.dtype == "bool" and len(b.shape) >= 3], program.buffers
+    session = rt.Model(build_package(captured, tmp_path / "m.aotpack").path).session(num_threads=2)
+    for seq in (1, 9, 64):
+        x, pad = torch.randn(2, seq, 16), _pad(2, seq)
+        with torch.no_grad():
+            expected = to_numpy(model(x, pad))
+        out = session.run([to_numpy(x), to_numpy(pad)])[0]
+        assert relative_error(out, expected) <= TOLERANCE["float32"], mismatch_report("out", out, expected)
