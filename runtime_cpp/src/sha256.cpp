@@ -3,6 +3,11 @@
 
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 namespace aotpack {
 namespace {
 
@@ -58,13 +63,79 @@ void compress(uint32_t state[8], const uint8_t block[64]) {
   state[7] += h;
 }
 
+void compress_blocks(uint32_t state[8], const uint8_t* data, size_t blocks) {
+  for (size_t i = 0; i < blocks; ++i) compress(state, data + 64 * i);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AOTPACK_HAVE_SHA_NI 1
+
+// The same compression with the SHA extensions. sha256rnds2 runs two rounds on the state split as ABEF and
+// CDGH; sha256msg1/msg2 extend the message schedule four words at a time: w[t..t+3] =
+// msg2(msg1(w[t-16..], w[t-12..]) + w[t-7..t-4], w[t-4..t-1]).
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_blocks_sha_ni(uint32_t state[8], const uint8_t* data,
+                                                                        size_t blocks) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
+  __m128i badc = _mm_shuffle_epi32(dcba, 0xB1);
+  __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(badc, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, badc, 0xF0);
+  for (size_t b = 0; b < blocks; ++b, data += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];
+    for (int i = 0; i < 4; ++i)
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * i)), byte_swap);
+    for (int r = 0; r < 16; ++r) {  // four rounds each
+      if (r >= 4) {  // w[r % 4] holds w(r-4) and becomes w(r)
+        __m128i previous = w[(r + 3) % 4];
+        __m128i sum = _mm_add_epi32(_mm_sha256msg1_epu32(w[r % 4], w[(r + 1) % 4]),
+                                    _mm_alignr_epi8(previous, w[(r + 2) % 4], 4));
+        w[r % 4] = _mm_sha256msg2_epu32(sum, previous);
+      }
+      __m128i msg = _mm_add_epi32(w[r % 4], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kK + 4 * r)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, msg);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(msg, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+
+bool cpu_has_sha_ni() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool ssse3 = c & (1u << 9), sse41 = c & (1u << 19);
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return ssse3 && sse41 && (b & (1u << 29));
+}
+#endif
+
 }  // namespace
 
-std::string sha256_hex(const uint8_t* data, size_t size) {
+bool sha256_accelerated() {
+#ifdef AOTPACK_HAVE_SHA_NI
+  static const bool has = cpu_has_sha_ni();
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::string sha256_hex(const uint8_t* data, size_t size, Sha256Impl impl) {
   uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  auto blocks = compress_blocks;
+#ifdef AOTPACK_HAVE_SHA_NI
+  if (impl == Sha256Impl::kBest && sha256_accelerated()) blocks = compress_blocks_sha_ni;
+#endif
   size_t full = size / 64;
-  for (size_t i = 0; i < full; ++i) compress(state, data + 64 * i);
+  blocks(state, data, full);
 
   // The tail, a 0x80 byte, zeros, and the length in bits as a 64-bit big-endian number.
   uint8_t tail[128] = {};
@@ -74,7 +145,7 @@ std::string sha256_hex(const uint8_t* data, size_t size) {
   size_t tail_len = rest + 9 <= 64 ? 64 : 128;
   uint64_t bits = static_cast<uint64_t>(size) * 8;
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
-  for (size_t off = 0; off < tail_len; off += 64) compress(state, tail + off);
+  blocks(state, tail, tail_len / 64);
 
   static const char kHex[] = "0123456789abcdef";
   std::string out(64, '0');

@@ -40,6 +40,15 @@ static void test_sha256() {
   CHECK(sha(std::string(55, 'a')) == "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
   CHECK(sha(std::string(56, 'a')) == "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
   CHECK(sha(std::string(64, 'a')) == "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+  // The SHA-extensions path (where this CPU has it) against the portable one, at every tail length and on
+  // more than one block per call.
+  std::printf("sha256: SHA extensions %s\n", sha256_accelerated() ? "used" : "not available");
+  std::vector<uint8_t> bytes(70000);
+  uint32_t x = 12345;
+  for (auto& b : bytes) b = static_cast<uint8_t>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{55}, size_t{56}, size_t{63}, size_t{64}, size_t{65}, size_t{127},
+                   size_t{128}, size_t{1000}, size_t{4099}, size_t{70000}})
+    CHECK(sha256_hex(bytes.data(), n, Sha256Impl::kBest) == sha256_hex(bytes.data(), n, Sha256Impl::kPortable));
 }
 
 static bool parses(const std::string& text, json::Value* out = nullptr) {
