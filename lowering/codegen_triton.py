@@ -336,6 +336,7 @@ class TritonKernel:
 @dataclass(frozen=True)
 class TritonLibrary:
     source: str  # the prelude and every distinct kernel, one Python module
+    prelude: str  # the helpers every kernel may call: with a kernel's own source, all that its cubin depends on
     kernels: tuple[TritonKernel, ...]
     step_kernels: tuple[str, ...]
     step_args: tuple[tuple[str, ...], ...]  # buffer names passed to each step (as on CPU)
@@ -684,4 +685,4 @@ def render_triton_library(program: Program) -> TritonLibrary:
         grids.append(grid)
     prelude = renderer.env.get_template("prelude.py.jinja").render()
     source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
-    return TritonLibrary(source, tuple(kernels.values()), tuple(names), tuple(args), tuple(grids))
+    return TritonLibrary(source, prelude, tuple(kernels.values()), tuple(names), tuple(args), tuple(grids))

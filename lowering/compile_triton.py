@@ -2,8 +2,9 @@
 
 Uses Triton's compiler API directly, as shared/reference/triton_aot.md recommends:
 `triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32))`.
-Triton bundles ptxas, so no CUDA toolkit and no driver are needed. Results are cached by the hash of
-the source, the kernel, its options, the architecture and the Triton version.
+Triton bundles ptxas, so no CUDA toolkit and no driver are needed. Results are cached per kernel, by the
+hash of the prelude, the kernel's own source, its options, the architecture and the Triton version: a
+change to one kernel, or a model that shares kernels with an earlier one, recompiles only what differs.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arc
         ptx_version=_ptx_version(ck.asm.get("ptx", "")))
 
 
-def _cache_key(source: str, kernel: TritonKernel, arch: int, version: str) -> str:
-    text = "\0".join([source, kernel.name, repr(kernel.signature), repr(kernel.constexprs),
+def _cache_key(prelude: str, kernel: TritonKernel, arch: int, version: str) -> str:
+    text = "\0".join([prelude, kernel.source, kernel.name, repr(kernel.signature), repr(kernel.constexprs),
                       f"{kernel.num_warps}/{kernel.num_stages}", str(arch), version, "fp_fusion=0"])
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -151,7 +152,7 @@ def compile_triton_library(library: TritonLibrary, archs: tuple[int, ...]) -> di
     todo: list[tuple[int, TritonKernel, Path, Path]] = []
     for arch in archs:
         for kernel in library.kernels:
-            key = _cache_key(library.source, kernel, arch, triton.__version__)
+            key = _cache_key(library.prelude, kernel, arch, triton.__version__)
             meta_path, cubin_path = cache / f"{key}.json", cache / f"{key}.cubin"
             if meta_path.exists() and cubin_path.exists():
                 meta = json.loads(meta_path.read_text())
