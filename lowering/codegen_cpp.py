@@ -388,7 +388,7 @@ class KernelRenderer:
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
                     a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
-                    b_split=False)
+                    b_split=False, dot_rows=False)
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
@@ -405,6 +405,9 @@ class KernelRenderer:
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
                         load_b_at=widen, b_n_contiguous=k.b.strides[2] == 1, b_packed=k.b_packed,
                         a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
+                        dot_rows=not k.b_packed and k.b.strides[1] == 1 and k.a.strides[2] == 1,
+                        load_a_at={"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(
+                            a_dtype, "static_cast<float>"),
                         store=store_to_storage("tile[i * NC + j]", k.dtype))
             return data
         acc = "double" if k.dtype == "float64" else "int64_t"

@@ -146,6 +146,9 @@ CASES: dict[str, tuple] = {
     "linear_einsum_addmm": (lambda x, w: F.linear(x, w, w[:, 0]) + torch.einsum("nk,mk->nm", x, w)
                             + torch.addmm(w[:, 0], x, w.t(), beta=0.5, alpha=2.0), [f32(6), fixed(lambda: torch.randn(3, 6))],
                             [0], (1, 9)),
+    # x @ w.T with w an input (not packed at export): up to 4 rows take dot products, more rows the packed path
+    "linear_of_input_weight": (lambda x, w: F.linear(x, w) * 0.5, [f32(37), fixed(lambda: torch.randn(70, 37))],
+                               [0], (1, 9)),
     "conv1d": (lambda x, w: F.conv1d(x, w, padding=1, stride=2), [f32(4, 11), fixed(lambda: torch.randn(6, 4, 3))], [0],
                (1, 3)),
     "conv2d_stride_dilation_groups": (lambda x, w: F.conv2d(x, w, w[:, 0, 0, 0], stride=2, padding=2, dilation=2,

@@ -3,7 +3,8 @@
 // Each task owns an MC x NC tile of out, accumulated in a float tile in its thread's scratch, KC steps of k
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as six rows in place.
-extern "C" void k_9e98ce42c04864c4(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+// Tiles of up to AOTPACK_DOT_MAX_ROWS rows take dot products instead: b's columns are contiguous in k.
+extern "C" void k_f5c59258bad2ef95(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -30,8 +31,19 @@ extern "C" void k_9e98ce42c04864c4(const aotpack_kernel_ctx* ctx, void* const* b
       const int64_t m0 = mt * MC, n0 = nt * nc, mb = std::min(MC, M - m0), nb = std::min(nc, N - n0);
       const int64_t m_strips = (mb + MR - 1) / MR, n_strips = (nb + NR - 1) / NR;
       const float* __restrict a_base = in0 + a_off + bi * a_sb + m0 * a_sm;
-      if (K == 0) std::fill(tile, tile + MC * NC, 0.0f);
-      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+      // A few rows against a b whose columns are contiguous in k (x @ w.T, a tied output embedding): a dot
+      // product per element reads b once, where packing it into panels would copy all of it for those rows.
+      const bool dot = mb <= AOTPACK_DOT_MAX_ROWS;
+      if (dot) {
+        const float* __restrict b_cols = in1 + b_off + bi * b_sb + n0 * b_sn;
+        for (int64_t j = 0; j < nb; ++j)
+          for (int64_t i = 0; i < mb; ++i)
+            tile[i * NC + j] = aotpack_dot(a_base + i * a_sm, b_cols + j * b_sn, K,
+                                           [](const float v) { return static_cast<float>(v); },
+                                           [](const float v) { return static_cast<float>(v); });
+      }
+      if (!dot && K == 0) std::fill(tile, tile + MC * NC, 0.0f);
+      for (int64_t k0 = 0; !dot && k0 < K; k0 += KC) {
         const int64_t kb = std::min(KC, K - k0);
         const float* __restrict b_base = in1 + b_off + bi * b_sb + n0 * b_sn;
         for (int64_t j = 0; j < n_strips; ++j) {  // b: panel j holds columns 16j..16j+15, k-major
