@@ -60,6 +60,11 @@ def load_from_storage(expr: str, dtype: str) -> str:
     return expr
 
 
+def widen_to_float(dtype: str) -> str:
+    """The function (a name to call) that turns one stored element of `dtype` into a float."""
+    return {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(dtype, "static_cast<float>")
+
+
 def store_to_storage(expr: str, dtype: str) -> str:
     if dtype == "bfloat16":
         return f"aotpack_f32_to_bf16({expr})"
@@ -400,14 +405,12 @@ class KernelRenderer:
                     b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
         if k.dtype in ("float32", "float16", "bfloat16"):
             a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
-            widen = {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(b_dtype, "static_cast<float>")
             data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
-                        load_b_at=widen, b_n_contiguous=k.b.strides[2] == 1, b_packed=k.b_packed,
+                        load_b_at=widen_to_float(b_dtype), b_n_contiguous=k.b.strides[2] == 1, b_packed=k.b_packed,
                         a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
                         dot_rows=not k.b_packed and k.b.strides[1] == 1 and k.a.strides[2] == 1,
-                        load_a_at={"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(
-                            a_dtype, "static_cast<float>"),
+                        load_a_at=widen_to_float(a_dtype),
                         store=store_to_storage("tile[i * NC + j]", k.dtype))
             return data
         acc = "double" if k.dtype == "float64" else "int64_t"
@@ -425,7 +428,6 @@ class KernelRenderer:
         straight into the panels the micro-kernel reads, instead of copying them from memory."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
-        widen = {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}
         data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=k.b_packed,
                     store=store_to_storage("tile[i * NC + j]", k.dtype))
         writer = BodyWriter(arg_names, names)
@@ -439,7 +441,7 @@ class KernelRenderer:
                     data.update(load_a=f"static_cast<float>({load_from_storage(a_elem, dtype)})",
                                 a_rows=dtype == "float32" and operand.strides[2] == 1)
                 else:
-                    data.update(load_b_at=widen.get(dtype, "static_cast<float>"),
+                    data.update(load_b_at=widen_to_float(dtype),
                                 b_n_contiguous=operand.strides[2] == 1)
                 continue
             data.update({side: {"offset": "0", "strides": ["0", "0", "0"]}, f"{side}_name": None})
@@ -450,7 +452,7 @@ class KernelRenderer:
                 load, col, row = split
                 dtype = self.program.buffers[load.buffer].dtype
                 data.update(b_split=True, b_name=arg_names[load.buffer], b_ctype=STORAGE_CTYPE[dtype],
-                            load_b_at=widen.get(dtype, "static_cast<float>"),
+                            load_b_at=widen_to_float(dtype),
                             b_row_offset=to_cpp(row, names), b_col_offset=to_cpp(col, names))
                 continue
             element = BodyWriter(arg_names, names)
