@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import knobs
+from .. import knobs, progress
 from ..errors import AotpackError
 from .codegen_triton import TritonKernel, TritonLibrary
 
@@ -180,9 +180,15 @@ def _compile_all(source: str, cache: Path, todo: list) -> list[CompiledKernel]:
     if workers < 2 or len(todo) < PARALLEL_MIN_KERNELS:
         triton, ASTSource, GPUTarget = _require_triton()
         module = _load_module(source, cache) if todo else None
-        return [_compile_one(triton, ASTSource, GPUTarget, module, kernel, arch) for arch, kernel, _, _ in todo]
+        results = []
+        for arch, kernel, _, _ in todo:
+            results.append(_compile_one(triton, ASTSource, GPUTarget, module, kernel, arch))
+            progress.current().count(len(results), len(todo), "kernels compiled")
+        return results
     _load_module(source, cache)  # write the module file once, before the workers import it
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [pool.submit(_compile_in_worker, source, cache, kernel, arch) for arch, kernel, _, _ in todo]
+        for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
+            progress.current().count(done, len(todo), "kernels compiled")
         return [f.result() for f in futures]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import progress
 from . import (  # noqa: F401  (registration)
     ops_attention,
     ops_distance,
@@ -118,11 +119,23 @@ def run_stages(captured: Any, isa: str, dump: Callable[[str, str], None] | None 
     if targets is not None and targets.cpu is not None:
         isa = targets.cpu.isa
     state = Lowered(isa=isa, targets=targets or Targets(CpuTarget(isa), None))
+    report = progress.current()
     for name, stage in STAGES:
-        state = stage(state, captured)
+        if _applies(name, state):
+            with report.stage(name):
+                state = stage(state, captured)
         if dump is not None and name in dump_stages:
             dump(name, describe(name, state))
     return state
+
+
+def _applies(name: str, state: Lowered) -> bool:
+    """Whether a stage has work for this package's targets (so progress does not list the others)."""
+    if name in ("render_cpp", "compile_cpp"):
+        return state.wants_cpu
+    if name in ("render_triton", "compile_triton"):
+        return state.targets is not None and state.targets.cuda is not None
+    return True
 
 
 def describe(stage: str, state: Lowered) -> str:
