@@ -82,6 +82,7 @@ def export_model_file(model_file: str | Path, output: str | Path | None = None, 
                       **options: Any) -> ExportResult:
     """`aotpack export MODEL_FILE`: model.py's model, examples and dynamic dims, `--dynamic` ranges on top.
     Options as export_spec's; progress goes wherever the caller's progress.reporting() sends it."""
+    parse_targets(options.get("target", "cpu"), options.get("cuda_arch"), knobs.cpu_isa())  # before the slow load
     report = progress.current()
     with report.stage("load", str(model_file)):
         spec = load_model_file(model_file)

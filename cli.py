@@ -95,13 +95,15 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
 def _verified(record: dict[str, Any] | None) -> str:
     if record is None:
         return "not verified (--verify=off)"
-    points = record["points"]
+    points = [p for p in record["points"] if "device" in p]
     if not points:
         return "NOT VERIFIED: no target in the package runs on this machine"
     worst = max((o["error"] for p in points for o in p["outputs"] if isinstance(o["error"], float)), default=0.0)
     devices = ", ".join(sorted({p["device"] for p in points}))
     count = len({tuple(sorted(p["symbols"].items())) for p in points})
-    return f"verified at {count} point(s) on {devices} (worst rel err {worst:.1e})"
+    skipped = len(record["points"]) - len(points)
+    return (f"verified at {count} point(s) on {devices} (worst rel err {worst:.1e})"
+            + (f"; {skipped} point(s) SKIPPED (see above)" if skipped else ""))
 
 
 def _shape(shape: list[Any]) -> str:

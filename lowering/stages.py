@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import progress
+from .. import knobs, progress
 from . import (  # noqa: F401  (registration)
     ops_attention,
     ops_distance,
@@ -38,6 +38,7 @@ from .compile_cpp import compile_library
 from .graph import GraphLowering
 from .ir import MemoryPlan, Program
 from .memory import plan_memory
+from .perturb import perturbed
 from .symbolic import to_json
 from .targets import CpuTarget, Targets
 from .verify import verify_plan, verify_program
@@ -62,6 +63,9 @@ class Lowered:
 
 def _lower(state: Lowered, captured: Any) -> Lowered:
     program = GraphLowering(captured).run()
+    factor = knobs.test_perturb()
+    if factor is not None:
+        program = perturbed(program, factor)
     verify_program(program, "lower")
     return replace(state, program=program)
 

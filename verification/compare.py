@@ -44,13 +44,17 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
 
 def mismatch_report(name: str, out: np.ndarray, ref: np.ndarray) -> str:
     """What a failing comparison prints: shapes, errors and where the worst element is."""
+    return f"{name}: {mismatch_details(out, ref)}"
+
+
+def mismatch_details(out: np.ndarray, ref: np.ndarray) -> str:
     if out.shape != ref.shape:
-        return f"{name}: shape {out.shape}, expected {ref.shape}"
+        return f"shape {out.shape}, expected {ref.shape}"
     diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
     if not diff.size:
-        return f"{name}: rel err {relative_error(out, ref):.3e}, empty output of shape {out.shape}"
+        return f"rel err {relative_error(out, ref):.3e}, empty output of shape {out.shape}"
     worst = np.unravel_index(np.nanargmax(diff), diff.shape) if not np.isnan(diff).all() else (0,) * diff.ndim
-    return (f"{name}: rel err {relative_error(out, ref):.3e}, max abs err {np.nanmax(diff):.3e}, "
+    return (f"rel err {relative_error(out, ref):.3e}, max abs err {np.nanmax(diff):.3e}, "
             f"mean abs err {np.nanmean(diff):.3e}, shape {out.shape}, worst at {tuple(map(int, worst))}: "
             f"{out[worst]} vs {ref[worst]}")
 
@@ -95,7 +99,7 @@ class Judgement:
     allowed: float
     half_error: float | None  # eager in the half type against the same float32 reference: the noise floor
     half_overflows: bool  # eager in the half type is inf/nan where the float32 reference is finite
-    report: str  # mismatch_report() of the package's output against the reference
+    details: str  # mismatch_details() of the package's output against the reference
 
     @property
     def passed(self) -> bool:
@@ -114,9 +118,9 @@ class Judgement:
         if self.half_error is None:
             why = f"allowed {self.allowed:.1e}"
         else:
-            why = (f"allowed {self.allowed:.1e} = {HALF_NOISE_FACTOR} x eager {self.dtype}'s own "
-                   f"{self.half_error:.1e} + {HALF_NOISE_MARGIN:.0e}; beyond the {self.dtype} noise")
-        text = f"output {self.name!r} ({why}): {self.report}"
+            why = (f"against float32; allowed {self.allowed:.1e} = {HALF_NOISE_FACTOR} x eager {self.dtype}'s own "
+                   f"{self.half_error:.1e} + {HALF_NOISE_MARGIN:.0e}, so beyond the {self.dtype} noise")
+        text = f"output {self.name!r}: {self.details} ({why})"
         if self.half_overflows:
             text += (f"\n    the model itself overflows in {self.dtype} here: eager PyTorch in {self.dtype} gives "
                      "inf or nan where float32 is finite; export with --dtype bf16 (float32's range) or float32")
@@ -136,7 +140,7 @@ def judge(name: str, dtype: str, out: np.ndarray, reference: np.ndarray, half: n
         half_error = relative_error(half[finite], reference[finite])
     error = relative_error(out, reference)
     return Judgement(name, dtype, error, allowed_error(dtype, half_error, tf32), half_error, overflow,
-                     mismatch_report(name, out, reference))
+                     mismatch_details(out, reference))
 
 
 def _two_digits(value: float) -> float | str:

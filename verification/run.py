@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import AotpackError
 from .. import progress
+from ..errors import AotpackError
+from ..exporter.frames import one_line
 from .compare import HALF_DTYPES, Judgement, as_reference, from_runtime, judge, to_numpy
 from .points import Point, example_symbols, inputs_at, range_points
 
@@ -81,7 +82,14 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
         try:
             reference, half = refs.outputs(inputs)
         except Exception as e:  # noqa: BLE001 - the user's model failing is reported, whatever it raised
-            raise VerificationError(_eager_failed(point, e)) from e
+            if point.label == "example":
+                raise VerificationError(_eager_failed(point, e)) from e
+            # Made-up inputs can be invalid where the examples were not (indices that must stay below another
+            # symbol's size): the point is recorded and said to be unverified, never dropped in silence.
+            reason = _skipped(e)
+            record["points"].append({"label": point.label, "symbols": dict(point.symbols), "skipped": reason})
+            progress.current().line(f"verify {point.describe()}: SKIPPED: {reason}")
+            continue
         for device, session in sessions:
             start = time.perf_counter()
             try:
@@ -203,10 +211,11 @@ def _failure(failures: list[tuple[Point, str, Judgement]]) -> str:
 
 
 def _eager_failed(point: Point, e: Exception) -> str:
-    from ..exporter.frames import one_line
+    return (f"verification at {point.describe()}: PyTorch itself failed to run the model on the example inputs: "
+            f"{type(e).__name__}: {one_line(str(e))}")
 
-    return (f"verification at {point.describe()}: PyTorch itself failed to run the model there: "
-            f"{type(e).__name__}: {one_line(str(e))}\nThe declared ranges include this point; if the model cannot "
-            "run there, narrow the range (--dynamic NAME=MIN..MAX). Verification made the inputs (floats drawn at "
-            "random, integer inputs repeated from the examples); if the model needs other values at these sizes, "
-            "use --verify=example")
+
+def _skipped(e: Exception) -> str:
+    return (f"PyTorch cannot run the model on the inputs verification made here ({type(e).__name__}: "
+            f"{one_line(str(e), 160)}); if the model cannot run at these sizes, narrow the range with --dynamic, "
+            "else check this point with your own inputs")
