@@ -21,7 +21,15 @@ from torch.export import ExportedProgram
 from . import knobs, progress
 from .build import ExportResult, build_package
 from .errors import AotpackError
-from .exporter import ModelSpec, capture, load_model_file, parse_dtype, parse_dynamic_specs, resolve_symbols, with_dtype
+from .exporter import (
+    ModelSpec,
+    capture,
+    load_model_file,
+    parse_dtype,
+    parse_dynamic_specs,
+    resolve_symbols,
+    with_dtype,
+)
 from .exporter.from_objects import spec_from_exported, spec_from_module
 from .lowering.decompositions import decompositions
 from .lowering.targets import parse_targets

@@ -26,7 +26,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-
 from torch.export import ExportedProgram
 
 from ..errors import CaptureError, ModelFileError

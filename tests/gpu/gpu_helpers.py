@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aotpack
 import numpy as np
 import torch
-
-import aotpack
 from aotpack.exporter import ModelSpec
 from aotpack.verification import HALF_DTYPES, as_reference, from_runtime, judge, mismatch_report, to_numpy
 
