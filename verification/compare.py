@@ -12,6 +12,7 @@ where bf16 eager is itself at 1.3e-2).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +100,8 @@ class Judgement:
     allowed: float
     half_error: float | None  # eager in the half type against the same float32 reference: the noise floor
     half_overflows: bool  # eager in the half type is inf/nan where the float32 reference is finite
-    details: str  # mismatch_details() of the package's output against the reference
+    out: np.ndarray = dataclasses.field(repr=False)  # the package's output and the reference, for explain()
+    reference: np.ndarray = dataclasses.field(repr=False)
 
     @property
     def passed(self) -> bool:
@@ -120,7 +122,7 @@ class Judgement:
         else:
             why = (f"against float32; allowed {self.allowed:.1e} = {HALF_NOISE_FACTOR} x eager {self.dtype}'s own "
                    f"{self.half_error:.1e} + {HALF_NOISE_MARGIN:.0e}, so beyond the {self.dtype} noise")
-        text = f"output {self.name!r}: {self.details} ({why})"
+        text = f"output {self.name!r}: {mismatch_details(self.out, self.reference)} ({why})"
         if self.half_overflows:
             text += (f"\n    the model itself overflows in {self.dtype} here: eager PyTorch in {self.dtype} gives "
                      "inf or nan where float32 is finite; export with --dtype bf16 (float32's range) or float32")
@@ -139,8 +141,8 @@ def judge(name: str, dtype: str, out: np.ndarray, reference: np.ndarray, half: n
         finite = np.isfinite(half) if overflow else slice(None)
         half_error = relative_error(half[finite], reference[finite])
     error = relative_error(out, reference)
-    return Judgement(name, dtype, error, allowed_error(dtype, half_error, tf32), half_error, overflow,
-                     mismatch_details(out, reference))
+    return Judgement(name, dtype, error, allowed_error(dtype, half_error, tf32), half_error, overflow, out,
+                     reference)
 
 
 def _two_digits(value: float) -> float | str:
