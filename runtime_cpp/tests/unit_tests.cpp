@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_driver.hpp"
+#include "backends/cuda/cuda_driver.hpp"
 #include "expr.hpp"
 #include "json.hpp"
 #include "json_reader.hpp"
