@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from exported import export
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
