@@ -4,6 +4,7 @@ allocation of the process counted over runs at the symbols' minima, an inner poi
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,4 +29,5 @@ def test_an_exported_model_runs_without_allocating(runtime_build, exported_examp
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 C++ allocations, 0 C allocations" in result.stdout, result.stdout
+    # A sanitizer build counts only C++ allocations (its malloc is its own).
+    assert re.search(r"0 C\+\+ allocations, (0 C allocations|C allocations not counted)", result.stdout), result.stdout
