@@ -153,7 +153,11 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
     }
   }
   if (!any_loaded && !last_failure.ok()) return last_failure;
-  if (!any_loaded) return unsupported("manifest.json \"targets\" has no target this runtime can run");
+  if (!any_loaded) {  // every backend found no target of its kind (the CPU's reports that as a failure)
+    std::string kinds;
+    for (size_t i = 0; i < num_backends(); ++i) kinds += str_cat(i ? ", " : "", backend(i).kind);
+    return unsupported("manifest.json \"targets\" has no target this runtime runs (", kinds, ")");
+  }
   return intolerable;
 }
 
