@@ -18,10 +18,10 @@ import torch
 
 from . import __version__, knobs
 from .exporter import CapturedProgram, export_model
-from .lowering.compile_cpp import compiler_version
-from .lowering.decompositions import decompositions
+from .lowering.backends.cpu.compile import compiler_version
+from .lowering.frontend.decompositions import decompositions
+from .lowering.ir.symbolic import to_json
 from .lowering.stages import Lowered, run_stages
-from .lowering.symbolic import to_json
 from .lowering.targets import Targets
 from .packages import layout
 from .packages.writer import canonical_json, write_package
@@ -119,7 +119,7 @@ def build_package(
 
 
 def _triton_version() -> str:
-    from .lowering.compile_triton import triton_version
+    from .lowering.backends.cuda.compile import triton_version
 
     return triton_version() or "unknown"
 

@@ -61,8 +61,8 @@ def _progress(message: str) -> None:
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
            dump: tuple[str, ...], dtype: str | None, no_verify: bool, target: str, cuda_arch: str | None) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
-    from .build import build_package, capture_model_file, default_name
     from . import knobs
+    from .build import build_package, capture_model_file, default_name
     from .lowering.stages import STAGE_NAMES
     from .lowering.targets import parse_targets
     from .verification import verify_package

@@ -18,28 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import (  # noqa: F401  (registration)
-    ops_attention,
-    ops_distance,
-    ops_index,
-    ops_linalg,
-    ops_norm,
-    ops_pointwise,
-    ops_pool,
-    ops_reduce,
-    ops_scatter,
-    ops_sort,
-    ops_views,
-)
-from .codegen_cpp import RenderedLibrary, render_library
-from .codegen_triton import TritonLibrary, render_triton_library
-from .compile_cpp import compile_library
-from .graph import GraphLowering
-from .ir import MemoryPlan, Program
-from .memory import plan_memory
-from .symbolic import to_json
+from .backends.cpu.compile import compile_library
+from .backends.cpu.render import RenderedLibrary, render_library
+from .backends.cuda.render import TritonLibrary, render_triton_library
+from .frontend import ops  # noqa: F401  (registration)
+from .frontend.graph import GraphLowering
+from .ir.kernels import MemoryPlan, Program
+from .ir.memory import plan_memory
+from .ir.symbolic import to_json
+from .ir.verify import verify_plan, verify_program
 from .targets import CpuTarget, Targets
-from .verify import verify_plan, verify_program
 
 
 @dataclass(frozen=True)
@@ -92,7 +80,7 @@ def _render_triton(state: Lowered, captured: Any) -> Lowered:
 def _compile_triton(state: Lowered, captured: Any) -> Lowered:
     if state.triton is None:
         return state
-    from .compile_triton import compile_triton_library  # imports Triton only when exporting for CUDA
+    from .backends.cuda.compile import compile_triton_library  # imports Triton only when exporting for CUDA
 
     return replace(state, cubins=compile_triton_library(state.triton, state.targets.cuda.archs))
 

@@ -69,7 +69,7 @@ def run_model(name: str, out_dir: Path, arch: int) -> dict:
     from aotpack.build import build_package
     from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.lowering.targets import CudaTarget, Targets
     from aotpack.verification import from_runtime, relative_error, to_numpy
 

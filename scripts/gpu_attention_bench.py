@@ -50,10 +50,10 @@ def main() -> int:
     import triton_interp
     from aotpack.exporter import ModelSpec, capture, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.codegen_triton import render_triton_library
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.graph import GraphLowering
-    from aotpack.lowering.symbolic import evaluate
+    from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.frontend.decompositions import decompositions
+    from aotpack.lowering.frontend.graph import GraphLowering
+    from aotpack.lowering.ir.symbolic import evaluate
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
 

@@ -47,7 +47,7 @@ def _bench_one(example: str, dynamic: tuple[str, ...], out_dir: Path, arch: int)
     from aotpack import runtime
     from aotpack.build import build_package
     from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.lowering.targets import CudaTarget, Targets
     from aotpack.verification import relative_error, to_numpy, verify_package
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import sympy
-
-from aotpack.lowering.codegen_cpp import KernelRenderer, render_library
-from aotpack.lowering.ir import (
+from aotpack.lowering.backends.cpu.render import KernelRenderer, render_library
+from aotpack.lowering.ir.kernels import (
     Buffer,
     MatmulKernel,
     PointwiseKernel,
@@ -24,8 +23,8 @@ from aotpack.lowering.ir import (
     StridedView,
     Symbol,
 )
-from aotpack.lowering.scalar import Const, Indirect, Load, Op
-from aotpack.lowering.symbolic import index_var, size_symbol
+from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
+from aotpack.lowering.ir.symbolic import index_var, size_symbol
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 n = size_symbol("n")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import sympy
 import torch
-from aotpack.lowering.codegen_triton import TritonLibrary
-from aotpack.lowering.ir import Program
-from aotpack.lowering.symbolic import evaluate
+from aotpack.lowering.backends.cuda.render import TritonLibrary
+from aotpack.lowering.ir.kernels import Program
+from aotpack.lowering.ir.symbolic import evaluate
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,

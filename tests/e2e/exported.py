@@ -9,10 +9,9 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-
 from aotpack.build import BuildResult, build_package
 from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy, verify_package
 
 

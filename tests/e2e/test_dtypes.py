@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from aotpack.build import build_package
 from aotpack.exporter import capture, load_model_file, parse_dtype, resolve_symbols, with_dtype
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import from_runtime, mismatch_report, relative_error, to_numpy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

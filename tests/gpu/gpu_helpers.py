@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
 from aotpack.verification import TOLERANCE, from_runtime, mismatch_report, relative_error, to_numpy
 

@@ -9,7 +9,7 @@ import torch
 import torch.utils._pytree as pytree
 from aotpack.build import build_package
 from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
 from aotpack.verification import to_numpy, verify_package
 from exported import make_inputs, range_points

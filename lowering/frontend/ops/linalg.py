@@ -9,14 +9,14 @@ import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from ..errors import UnsupportedError
-from . import values as V
-from .graph import GraphLowering
-from .ir import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
-from .prepack import PANEL, can_prepack, pack_panels
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Op, cast
-from .values import TensorValue
+from ....errors import UnsupportedError
+from ...backends.cpu.prepack import PANEL, can_prepack, pack_panels
+from ...ir.kernels import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
+from ...ir.scalar import Const, IndexValue, Op, cast
+from .. import values as V
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
 
 aten = OptionalOps(torch.ops.aten)
 
@@ -86,8 +86,8 @@ def _mm(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue)
 @lowers(aten.addmm.default)
 def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: TensorValue, b: TensorValue,
            *, beta: Any = 1, alpha: Any = 1) -> TensorValue:
-    from .ops_pointwise import elementwise
-    from .scalar import Const, Op
+    from ...ir.scalar import Const, Op
+    from .pointwise import elementwise
 
     product = matmul(ctx, node, a, b)
 

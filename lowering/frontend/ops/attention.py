@@ -16,13 +16,13 @@ import math
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from . import values as V
-from .graph import GraphLowering
-from .ir import AttentionKernel
-from .registry import OptionalOps, lowers
-from .symbolic import index_var
-from .values import TensorValue
+from ....errors import UnsupportedError
+from ...ir.kernels import AttentionKernel
+from ...ir.symbolic import index_var
+from .. import values as V
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from .ir import StridedView
-from .scalar import Const, Load, Node, cast
-from .symbolic import Expr, contiguous_strides
+from ..ir.kernels import StridedView
+from ..ir.scalar import Const, Load, Node, cast
+from ..ir.symbolic import Expr, contiguous_strides
 
 Index = tuple[Expr, ...]
 Loader = Callable[[Index], Node]

@@ -11,14 +11,14 @@ import sympy
 import torch
 from torch.utils._sympy.functions import CeilDiv, FloorDiv
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering
-from .ops_reduce import _mean
-from .ops_scatter import scatter
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Node, Op, cast, is_float
-from .symbolic import upper_bound
-from .values import TensorValue, reshape
+from ....errors import UnsupportedError
+from ...ir.scalar import Const, IndexValue, Node, Op, cast, is_float
+from ...ir.symbolic import upper_bound
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, reshape
+from .reduce import _mean
+from .scatter import scatter
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -8,10 +8,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .. import knobs
-from ..errors import AotpackError
+from .... import knobs
+from ....errors import AotpackError
 
-ABI_INCLUDE = Path(__file__).resolve().parent.parent / "runtime_cpp" / "include"
+ABI_INCLUDE = Path(__file__).resolve().parents[3] / "runtime_cpp" / "include"
 
 # -ffp-contract=off keeps a*b+c as two roundings, as eager PyTorch computes it. -fno-trapping-math lets
 # the compiler turn the selects in elementwise code (NaN checks, clamps) into vector blends: no result

@@ -24,9 +24,9 @@ import jinja2
 import sympy
 from torch.utils._sympy import functions as tf
 
-from ..errors import UnsupportedError
-from . import scalar
-from .ir import (
+from ....errors import UnsupportedError
+from ...ir import scalar
+from ...ir.kernels import (
     AttentionKernel,
     GatheredOperand,
     Kernel,
@@ -40,10 +40,10 @@ from .ir import (
     operand_vars,
     split_gather,
 )
-from .scalar import Const, IndexValue, Load, Node, Op
-from .symbolic import contiguous_strides, index_var, product, upper_bound
+from ...ir.scalar import Const, IndexValue, Load, Node, Op
+from ...ir.symbolic import contiguous_strides, index_var, product, upper_bound
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "triton"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "triton"
 
 # Triton's pointer element type per storage dtype; bool is stored as one byte and handled as int8.
 POINTER_TYPE = {

@@ -7,11 +7,11 @@ from typing import Any
 import sympy
 import torch
 
-from .graph import GraphLowering
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Op, cast
-from .symbolic import product
-from .values import TensorValue, broadcast_to
+from ...ir.scalar import Const, IndexValue, Op, cast
+from ...ir.symbolic import product
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, broadcast_to
 
 aten = OptionalOps(torch.ops.aten)
 prims = OptionalOps(torch.ops.prims)

@@ -7,12 +7,12 @@ from typing import Any
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from . import values as V
-from .graph import GraphLowering
-from .ir import StridedView
-from .registry import OptionalOps, lowers
-from .values import TensorValue
+from ....errors import UnsupportedError
+from ...ir.kernels import StridedView
+from .. import values as V
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
 
 aten = OptionalOps(torch.ops.aten)
 prims = OptionalOps(torch.ops.prims)

@@ -13,12 +13,12 @@ from typing import Any
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering
-from .ops_index import addressable, indirect_load
-from .registry import OptionalOps, lowers
-from .scalar import Const, Node, Op, cast
-from .values import TensorValue, broadcast_to, from_buffer
+from ....errors import UnsupportedError
+from ...ir.scalar import Const, Node, Op, cast
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, broadcast_to, from_buffer
+from .index import addressable, indirect_load
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import knobs
-from ..errors import AotpackError
-from .codegen_triton import TritonKernel, TritonLibrary
+from .... import knobs
+from ....errors import AotpackError
+from .render import TritonKernel, TritonLibrary
 
 
 class TritonCompileError(AotpackError):

@@ -15,15 +15,15 @@ from typing import Any
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering
-from .ir import ScatterKernel
-from .ops_index import addressable, indirect_load
-from .ops_reduce import cumulative
-from .registry import OptionalOps, lowers
-from .scalar import Const, Indirect, Load, Node, Op, cast, is_float
-from .symbolic import Expr, index_var, product
-from .values import TensorValue, broadcast_to, from_buffer, reshape
+from ....errors import UnsupportedError
+from ...ir.kernels import ScatterKernel
+from ...ir.scalar import Const, Indirect, Load, Node, Op, cast, is_float
+from ...ir.symbolic import Expr, index_var, product
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, broadcast_to, from_buffer, reshape
+from .index import addressable, indirect_load
+from .reduce import cumulative
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -13,7 +13,7 @@ import sympy
 from torch.utils._sympy import functions as tf
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from ..errors import UnsupportedError
+from ...errors import UnsupportedError
 
 Expr = sympy.Expr
 

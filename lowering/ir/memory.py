@@ -6,7 +6,7 @@ allocates nothing, whatever the input sizes within their ranges.
 
 from __future__ import annotations
 
-from .ir import MemoryPlan, Program
+from .kernels import MemoryPlan, Program
 from .symbolic import product, upper_bound
 
 ALIGNMENT = 64

@@ -12,11 +12,11 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering, dtype_name
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Node, Op, cast, is_float
-from .values import TensorValue, broadcast_to
+from ....errors import UnsupportedError
+from ...ir.scalar import Const, IndexValue, Node, Op, cast, is_float
+from ..graph import GraphLowering, dtype_name
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, broadcast_to
 
 aten = OptionalOps(torch.ops.aten)
 prims = OptionalOps(torch.ops.prims)
@@ -392,7 +392,7 @@ def _batch_norm_eval(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, we
     """Inference batch norm over dim 1: (x - mean) / sqrt(var + eps) * weight + bias, all elementwise."""
     shape = x.shape
     channel_shape = [shape[1]] + [1] * (x.rank - 2)
-    from .values import reshape
+    from ..values import reshape
 
     stats = [mean, var] + [t for t in (weight, bias) if t is not None]
     per_channel = [broadcast_to(reshape(t, channel_shape), shape) for t in stats]

@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from .graph import GraphLowering
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Node, Op, cast
-from .symbolic import product
-from .values import TensorValue
+from ...ir.scalar import Const, IndexValue, Node, Op, cast
+from ...ir.symbolic import product
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from .ir import MatmulKernel, StridedView
+from ...ir.kernels import MatmulKernel, StridedView
 
 PANEL = 16  # columns per panel: the micro-kernel's width (AOTPACK_NR)
 

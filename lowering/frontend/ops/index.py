@@ -11,12 +11,12 @@ from typing import Any
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
-from .symbolic import index_var
-from .values import TensorValue, broadcast_to, unsqueeze
+from ....errors import UnsupportedError
+from ...ir.scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
+from ...ir.symbolic import index_var
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, broadcast_to, unsqueeze
 
 aten = OptionalOps(torch.ops.aten)
 
@@ -185,7 +185,7 @@ def _cat(ctx: GraphLowering, node: torch.fx.Node, tensors: list[TensorValue], di
 
 @lowers(aten.stack.default)
 def _stack(ctx: GraphLowering, node: torch.fx.Node, tensors: list[TensorValue], dim: int = 0) -> TensorValue:
-    from .values import unsqueeze
+    from ..values import unsqueeze
 
     rank = tensors[0].rank + 1
     dim %= rank

@@ -14,13 +14,13 @@ from typing import Any
 import sympy
 import torch
 
-from ..errors import UnsupportedError
-from .graph import GraphLowering
-from .ops_scatter import scatter
-from .registry import OptionalOps, lowers
-from .scalar import Const, IndexValue, Node, Op, cast, is_float
-from .symbolic import upper_bound
-from .values import TensorValue, slice_
+from ....errors import UnsupportedError
+from ...ir.scalar import Const, IndexValue, Node, Op, cast, is_float
+from ...ir.symbolic import upper_bound
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue, slice_
+from .scatter import scatter
 
 aten = OptionalOps(torch.ops.aten)
 

@@ -15,13 +15,13 @@ import sympy
 import torch
 import torch.fx
 
-from ..errors import UnsupportedError
-from . import scalar
+from ...errors import UnsupportedError
+from ..backends.cpu.prepack import unpack_shared
+from ..ir import scalar
+from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
+from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .diagnostics import source_line, unsupported_ops_error
-from .ir import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
-from .prepack import unpack_shared
 from .registry import lowering_for
-from .symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
 
 # A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones

@@ -6,7 +6,7 @@ import re
 
 import torch.fx
 
-from ..errors import UnsupportedError
+from ...errors import UnsupportedError
 from .registry import op_name
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n\s*(?P<code>[^\n]*)')

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import AotpackError
-from .ir import BUFFER_KINDS, MemoryPlan, Program, ScatterKernel
+from ...errors import AotpackError
+from .kernels import BUFFER_KINDS, MemoryPlan, Program, ScatterKernel
 
 
 class IRError(AotpackError):

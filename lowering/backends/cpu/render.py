@@ -16,9 +16,9 @@ from typing import Any
 import jinja2
 import sympy
 
-from ..errors import UnsupportedError
-from . import scalar
-from .ir import (
+from ....errors import UnsupportedError
+from ...ir import scalar
+from ...ir.kernels import (
     AttentionKernel,
     GatheredOperand,
     Kernel,
@@ -31,10 +31,10 @@ from .ir import (
     operand_vars,
     split_gather,
 )
-from .scalar import Const, IndexValue, Load, Node, Op
-from .symbolic import contiguous_strides, index_var, to_cpp
+from ...ir.scalar import Const, IndexValue, Load, Node, Op
+from ...ir.symbolic import contiguous_strides, index_var, to_cpp
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "cpp"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "cpp"
 
 STORAGE_CTYPE = {
     "float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t", "int64": "int64_t",
