@@ -51,7 +51,9 @@ def _progress(message: str) -> None:
 @click.option("--name", help="Package name (default: the model's folder, or the file's stem).")
 @click.option("--version", "version", default="0.1.0", show_default=True, help="Package version.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
-              help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, serialize).")
+              help="Print a lowering stage's output; repeatable. The stages are the targets': lower, "
+                   "prepack_weights (cpu), plan_memory, render_cpp and compile_cpp (cpu), render_triton and "
+                   "compile_triton (cuda), serialize.")
 @click.option("--dtype", "dtype", metavar="DTYPE", help="Cast floating weights and inputs first: fp32, bf16 or fp16.")
 @click.option("--no-verify", is_flag=True, help="Skip running the package against eager PyTorch at export.")
 @click.option("--target", "target", default="cpu", show_default=True, metavar="cpu|cuda|cpu,cuda",
@@ -63,16 +65,17 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
     from . import knobs
     from .build import build_package, capture_model_file, default_name
-    from .lowering.stages import STAGE_NAMES
+    from .lowering.stages import stage_names
     from .lowering.targets import parse_targets
     from .verification import verify_package
 
-    unknown = [s for s in dump if s not in STAGE_NAMES]
+    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
+    stages = stage_names(targets)
+    unknown = [s for s in dump if s not in stages]
     if unknown:
-        _fail(f"--dump {unknown[0]}: no such stage; the stages are {', '.join(STAGE_NAMES)}")
+        _fail(f"--dump {unknown[0]}: no such stage for --target {target}; its stages are {', '.join(stages)}")
     if not Path(model_file).is_file():
         _fail(f"{model_file}: no such file; pass the path of a model.py")
-    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
     start = time.perf_counter()
     click.echo(f"exporting {model_file} -> {output}", err=True)
@@ -125,8 +128,8 @@ def inspect(package: str, as_json: bool) -> None:
             click.echo(f"{kind[:-1]:>7}:  {t['name']}: {t['dtype']}{_shape(t['shape'])}")
     weights = pkg.members[layout.WEIGHTS]
     click.echo(f"weights:  {len(weights) / 1e6:.2f} MB")
-    click.echo(f"arena:    {program['arena_bytes'] / 1e6:.2f} MB at the declared maxima")
-    click.echo(f"kernels:  {len({s['kernel'] for s in program['steps']})} distinct, {len(program['steps'])} steps")
+    click.echo(f"arena:    {program.arena_bytes / 1e6:.2f} MB at the declared maxima")
+    click.echo(f"kernels:  {len({s.kernel for s in program.steps})} distinct, {len(program.steps)} steps")
     verification = m.get("verification")
     if verification:
         click.echo(f"verified: {verification}")

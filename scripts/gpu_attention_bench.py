@@ -88,7 +88,7 @@ def main() -> int:
             if kernel.errors:
                 call.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
             fn = getattr(triton_interp.load_module(library.source, False), kernel.name)
-            rows = evaluate(library.step_grids[step][1], state["values"])
+            rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
             configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages), *CONFIGS]

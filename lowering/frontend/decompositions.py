@@ -30,7 +30,7 @@ _DECOMPOSED = [
 ]
 
 # Ops the lowering has a fused kernel for, kept out of torch's default table (None: do not decompose).
-# sdpa as torch.export records it on CPU: lowering/ops_attention.py, one pass with no stored scores.
+# sdpa as torch.export records it on CPU: lowering/frontend/ops/attention.py, one pass with no stored scores.
 _KEPT_WHOLE = ["_scaled_dot_product_flash_attention_for_cpu"]
 
 

@@ -16,8 +16,8 @@ import torch
 import torch.fx
 
 from ...errors import UnsupportedError
-from ..backends.cpu.prepack import unpack_shared
 from ..ir import scalar
+from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .diagnostics import source_line, unsupported_ops_error
@@ -46,18 +46,8 @@ _IGNORED = {
     "aten._assert_async.msg",
 }
 
-DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.int16: "int16",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.bool: "bool",
-}
+# torch's dtypes by the IR's names for them (lowering/ir/dtypes.py)
+DTYPE_NAMES = {getattr(torch, name): name for name in DTYPES}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -192,8 +182,8 @@ class GraphLowering:
             return self._weight_by_storage[key][0]
         self.weights[name] = tensor.detach().contiguous().clone()
         buffer = self.new_buffer(dtype_name(tensor.dtype), [sympy.Integer(s) for s in tensor.shape], "weight", name)
-        # Keep `tensor` alive with its key: a freed tensor's address could be reused by the next one (a weight
-        # packed at export), which would then be mistaken for it.
+        # Keep `tensor` alive with its key: a freed tensor's address could be reused by the next one (a constant
+        # the lowering makes), which would then be mistaken for it.
         self._weight_by_storage[key] = (buffer, tensor)
         return buffer
 
@@ -210,7 +200,6 @@ class GraphLowering:
             elif node.op == "output":
                 self._outputs(node)
         self.current = None
-        self.steps = unpack_shared(self.steps, {name for step in self.steps for name in step.reads()})
         self._drop_unused_weights()
         return Program(
             symbols=self.symbols,
@@ -353,6 +342,6 @@ def accumulator_dtype(op: str, value_dtype: str, out_dtype: str) -> str:
         return "bool"
     if op in ("argmax", "argmin", "max", "min"):
         return value_dtype
-    if scalar.is_float(out_dtype):
+    if is_float(out_dtype):
         return "float64" if out_dtype == "float64" else "float32"
     return "int64" if out_dtype != "bool" else "bool"

@@ -55,7 +55,19 @@ class GatheredOperand:
         return _buffers_of(self.value)
 
 
-Operand = StridedView | GatheredOperand
+@dataclass(frozen=True)
+class PanelView:
+    """A constant [K, N] matmul operand b laid out in panels of `width` columns, k-major: a
+    [ceil(N / width), K, width] tensor in `buffer`, zero-padded to whole panels, so element (k, n) sits at
+    (n // width) * width * K + width * k + n % width. A backend's layout pass makes it
+    (backends/cpu/prepack.py) where its kernels read b that way; every backend of the package reads it."""
+
+    buffer: str
+    width: int
+    k: int
+
+
+Operand = StridedView | GatheredOperand | PanelView
 
 
 def operand_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
@@ -143,10 +155,8 @@ class ScatterKernel:
 @dataclass(frozen=True)
 class MatmulKernel:
     """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views or gathered expressions
-    (GatheredOperand, of the operands' dtype), `out` is contiguous.
-
-    With `b_packed`, b is a constant that export already laid out the way the kernel consumes it
-    (16-column panels, see lowering/prepack.py); `b_source` keeps the plain view it was made from.
+    (GatheredOperand, of the operands' dtype), and b may be a constant laid out in panels (PanelView);
+    `out` is contiguous.
     """
 
     output: str
@@ -157,8 +167,6 @@ class MatmulKernel:
     n: sympy.Expr
     k: sympy.Expr
     dtype: str
-    b_packed: bool = False
-    b_source: StridedView | None = None
 
     family = "matmul"
 

@@ -6,13 +6,11 @@ allocates nothing, whatever the input sizes within their ranges.
 
 from __future__ import annotations
 
+from .dtypes import itemsize
 from .kernels import MemoryPlan, Program
 from .symbolic import product, upper_bound
 
 ALIGNMENT = 64
-
-ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-            "int8": 1, "uint8": 1, "bool": 1}
 
 
 def _align(n: int) -> int:
@@ -22,7 +20,7 @@ def _align(n: int) -> int:
 def max_bytes(program: Program, name: str) -> int:
     buf = program.buffers[name]
     ranges = {s.expr: (s.min, s.max) for s in program.symbols}
-    return upper_bound(product(buf.shape), ranges) * ITEMSIZE[buf.dtype]
+    return upper_bound(product(buf.shape), ranges) * itemsize(buf.dtype)
 
 
 def plan_memory(program: Program) -> MemoryPlan:

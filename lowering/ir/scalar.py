@@ -12,8 +12,7 @@ from typing import Union
 
 import sympy
 
-FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
-INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+from .dtypes import is_int
 
 
 @dataclass(frozen=True)
@@ -65,10 +64,6 @@ class Op:
 Node = Union[Load, Const, IndexValue, Op]
 
 
-def is_float(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
-
-
 def cast(node: Node, dtype: str) -> Node:
     if node.dtype == dtype:
         return node
@@ -82,7 +77,7 @@ def cast(node: Node, dtype: str) -> Node:
 def _convert(value: Union[bool, int, float], dtype: str) -> Union[bool, int, float]:
     if dtype == "bool":
         return bool(value)
-    if dtype in INT_DTYPES:
+    if is_int(dtype):
         return int(value)
     return float(value)
 

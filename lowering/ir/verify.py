@@ -22,6 +22,8 @@ def verify_program(program: Program, stage: str) -> None:
         for size in buf.shape:
             if not size.free_symbols <= symbols:
                 fail(f"buffer {name}'s shape {buf.shape} uses undeclared symbols")
+        if buf.kind == "weight" and buf.source not in program.weights:
+            fail(f"weight buffer {name} names {buf.source}, which is not among the program's weights")
         if buf.kind in ("input", "weight"):
             written.add(name)
     for t, step in enumerate(program.steps):

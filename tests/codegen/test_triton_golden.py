@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
-from aotpack.lowering.ir.symbolic import to_json
+from aotpack.lowering.codegen.printer import to_json
 from test_golden import CASES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "triton"

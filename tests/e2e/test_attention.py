@@ -1,4 +1,4 @@
-"""The fused attention kernel (lowering/ops_attention.py) against eager sdpa, through the C++ runtime.
+"""The fused attention kernel (lowering/frontend/ops/attention.py) against eager sdpa, through the C++ runtime.
 
 Cases cross the kernel's block edges (96 query rows and 64 keys per block on CPU), sizes 1, masks of every
 broadcast shape, rows with every key masked (zeros, as eager gives), grouped-query heads, head dims that

@@ -8,21 +8,22 @@ body, so identical kernels (a model's repeated layers) collapse into one functio
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jinja2
 import sympy
 
 from ....errors import UnsupportedError
+from ...codegen.body import BodyWriter
+from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
 from ...ir import scalar
+from ...ir.dtypes import is_float
 from ...ir.kernels import (
     AttentionKernel,
     GatheredOperand,
     Kernel,
     MatmulKernel,
+    PanelView,
     PointwiseKernel,
     Program,
     ReductionKernel,
@@ -31,285 +32,50 @@ from ...ir.kernels import (
     operand_vars,
     split_gather,
 )
-from ...ir.scalar import Const, IndexValue, Load, Node, Op
-from ...ir.symbolic import contiguous_strides, index_var, to_cpp
-
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "cpp"
-
-STORAGE_CTYPE = {
-    "float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t", "int64": "int64_t",
-    "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool",
-}
-COMPUTE_CTYPE = {**STORAGE_CTYPE, "float16": "float", "bfloat16": "float"}
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
-def load_from_storage(expr: str, dtype: str) -> str:
-    if dtype == "bfloat16":
-        return f"aotpack_bf16_to_f32({expr})"
-    if dtype == "float16":
-        return f"aotpack_f16_to_f32({expr})"
-    return expr
-
-
-def widen_to_float(dtype: str) -> str:
-    """The function (a name to call) that turns one stored element of `dtype` into a float."""
-    return {"bfloat16": "aotpack_bf16_to_f32", "float16": "aotpack_f16_to_f32"}.get(dtype, "static_cast<float>")
-
-
-def store_to_storage(expr: str, dtype: str) -> str:
-    if dtype == "bfloat16":
-        return f"aotpack_f32_to_bf16({expr})"
-    if dtype == "float16":
-        return f"aotpack_f32_to_f16({expr})"
-    return f"static_cast<{STORAGE_CTYPE[dtype]}>({expr})"
-
-
-def const_literal(value: Any, dtype: str) -> str:
-    ctype = COMPUTE_CTYPE[dtype]
-    if dtype == "bool":
-        return "true" if value else "false"
-    if scalar.is_float(dtype):
-        value = float(value)
-        if math.isnan(value):
-            return f"static_cast<{ctype}>(NAN)"
-        if math.isinf(value):
-            return f"static_cast<{ctype}>({'-' if value < 0 else ''}INFINITY)"
-        return f"static_cast<{ctype}>({value!r})"
-    return f"static_cast<{ctype}>(INT64_C({int(value)}))"
-
-
-_UNARY_FLOAT = {
-    "exp": "std::exp", "exp2": "std::exp2", "expm1": "std::expm1", "log": "std::log", "log2": "std::log2",
-    "log10": "std::log10", "log1p": "std::log1p", "sqrt": "std::sqrt", "sin": "std::sin", "cos": "std::cos",
-    "tan": "std::tan", "asin": "std::asin", "acos": "std::acos", "atan": "std::atan", "sinh": "std::sinh",
-    "cosh": "std::cosh", "tanh": "std::tanh", "asinh": "std::asinh", "acosh": "std::acosh", "atanh": "std::atanh",
-    "erf": "std::erf", "erfc": "std::erfc", "lgamma": "std::lgamma", "floor": "std::floor", "ceil": "std::ceil", "round": "std::nearbyint",
-    "trunc": "std::trunc", "abs": "std::abs", "isnan": "std::isnan", "isinf": "std::isinf",
-    "isfinite": "std::isfinite", "signbit": "std::signbit",
-}
-# float versions the compiler can vectorise (templates/cpp/prelude.h.jinja); double keeps libm's.
-_VECTOR_FLOAT = {"exp": "aotpack_exp", "tanh": "aotpack_tanh", "erf": "aotpack_erf"}
-_BINARY_INFIX = {
-    "add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
-    "ge": ">=", "logical_and": "&&", "logical_or": "||", "logical_xor": "!=", "lshift": "<<", "rshift": ">>",
-}
-_BINARY_FLOAT_FN = {"atan2": "std::atan2", "hypot": "std::hypot", "copysign": "std::copysign",
-                    "fmax": "std::fmax", "fmin": "std::fmin", "pow": "std::pow", "fmod": "std::fmod"}
-
-
-class BodyWriter:
-    """Turns scalar expression trees into C++ statements, computing each distinct subexpression once."""
-
-    def __init__(self, arg_names: dict[str, str], symbol_names: dict[sympy.Symbol, str],
-                 inner: frozenset[sympy.Symbol] = frozenset()) -> None:
-        self.arg_names = arg_names
-        self.symbol_names = symbol_names
-        # Loop variables of the innermost loop(s): the part of a load's offset that uses none of them is
-        # computed once before that loop (`hoisted`), which also lets the compiler vectorise the loop.
-        self.inner = inner
-        self.hoisted: list[str] = []
-        self._hoisted_names: dict[sympy.Expr, str] = {}
-        self.lines: list[str] = []
-        self._cache: dict[Node, str] = {}
-
-    def index(self, expr: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
-        return to_cpp(expr, {**self.symbol_names, **(extra or {})})
-
-    def _tmp(self, ctype: str, expr: str) -> str:
-        name = f"t{len(self.lines)}"
-        self.lines.append(f"const {ctype} {name} = {expr};")
-        return name
-
-    def value(self, node: Node) -> str:
-        if node in self._cache:
-            return self._cache[node]
-        if isinstance(node, Const):
-            out = const_literal(node.value, node.dtype)
-        elif isinstance(node, IndexValue):
-            out = self._tmp(COMPUTE_CTYPE[node.dtype], f"static_cast<{COMPUTE_CTYPE[node.dtype]}>({self.split_index(node.expr)})")
-        elif isinstance(node, Load):
-            out = self._load(node)
-        else:
-            out = self._tmp(COMPUTE_CTYPE[node.dtype], self._op(node))
-        self._cache[node] = out
-        return out
-
-    def _load(self, node: Load) -> str:
-        element = f"{self.arg_names[node.buffer]}[{self.offset(node)}]"
-        return self._tmp(COMPUTE_CTYPE[node.dtype], load_from_storage(element, node.dtype))
-
-    def offset(self, node: Load) -> str:
-        """The element offset `node` addresses, its indices from data checked (a bad one reported, then 0)."""
-        extra = {}
-        for ind in node.indirect:
-            position = self.value(ind.value)
-            what = ind.what.replace("\\", "\\\\").replace('"', '\\"')
-            checked = self._tmp("int64_t", f'aotpack_check_index(ctx, static_cast<int64_t>({position}), '
-                                           f'{self.index(ind.size)}, {"true" if ind.wrap else "false"}, "{what}")')
-            extra[ind.var] = checked
-        return self.split_index(node.index, extra)
-
-    def split_index(self, index: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
-        extra = extra or {}
-        if not self.inner:
-            return self.index(index, extra)
-        terms = sympy.Add.make_args(sympy.expand(index))
-        outer = [t for t in terms if not (t.free_symbols & self.inner) and not (t.free_symbols & set(extra))]
-        if not outer or all(t.is_number for t in outer):
-            return self.index(index, extra)
-        base = sympy.Add(*outer)
-        if base not in self._hoisted_names:
-            name = f"o{len(self._hoisted_names)}"
-            self._hoisted_names[base] = name
-            self.hoisted.append(f"const int64_t {name} = {self.index(base)};")
-        rest = sympy.Add(*[t for t in terms if t not in outer])
-        return f"{self._hoisted_names[base]} + {self.index(rest, extra)}"
-
-    def _op(self, node: Op) -> str:
-        args = [self.value(a) for a in node.args]
-        name, dtype = node.name, node.dtype
-        ctype = COMPUTE_CTYPE[dtype]
-        arg_dtype = node.args[0].dtype if node.args else dtype
-        is_float = scalar.is_float(arg_dtype)
-        is_bool = arg_dtype == "bool"
-        if name == "cast":
-            if dtype == "bool":
-                return f"({args[0]} != 0)"
-            if dtype in ("bfloat16", "float16") and arg_dtype != dtype:
-                # half types compute in float, but a cast to one must still round, fused or not
-                half = "bf16" if dtype == "bfloat16" else "f16"
-                return f"aotpack_{half}_to_f32(aotpack_f32_to_{half}(static_cast<float>({args[0]})))"
-            return f"static_cast<{ctype}>({args[0]})"
-        if name == "where":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        if name == "neg":
-            return f"static_cast<{ctype}>(-{args[0]})"
-        if name in ("logical_not", "bitwise_not"):
-            return f"(!{args[0]})" if (name == "logical_not" or is_bool) else f"static_cast<{ctype}>(~{args[0]})"
-        if name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-            op = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[name]
-            return f"static_cast<{ctype}>({args[0]} {op} {args[1]})"
-        if name in _BINARY_INFIX:
-            if name == "div" and not is_float:
-                raise UnsupportedError("integer true division reached code generation; this is an aotpack bug")
-            return f"static_cast<{ctype}>({args[0]} {_BINARY_INFIX[name]} {args[1]})"
-        if name in ("maximum", "minimum"):
-            fn = "aotpack_maximum" if name == "maximum" else "aotpack_minimum"
-            return f"{fn}<{ctype}>({args[0]}, {args[1]})"
-        if name == "relu":
-            return f"({args[0]} < 0 ? static_cast<{ctype}>(0) : {args[0]})"
-        if name == "sigmoid":
-            exp = "aotpack_exp" if ctype == "float" else "std::exp"
-            return f"static_cast<{ctype}>(1) / (static_cast<{ctype}>(1) + {exp}(-{args[0]}))"
-        if name == "rsqrt":
-            return f"static_cast<{ctype}>(1) / std::sqrt({args[0]})"
-        if name == "reciprocal":
-            return f"static_cast<{ctype}>(1) / {args[0]}"
-        if name == "sign":
-            return f"aotpack_sign<{ctype}>({args[0]})"
-        if name in ("isposinf", "isneginf"):
-            return f"({args[0]} == {'' if name == 'isposinf' else '-'}INFINITY)"
-        if not is_float:
-            if name in ("floor", "ceil", "round", "trunc"):
-                return args[0]
-            if name == "abs":
-                return f"static_cast<{ctype}>({args[0]} < 0 ? -{args[0]} : {args[0]})"
-            integer = {"floordiv": "aotpack_idiv_floor", "truncdiv": "aotpack_idiv_trunc", "remainder": "aotpack_imod",
-                       "fmod": "aotpack_ifmod"}
-            if name in integer:
-                return f"{integer[name]}<{ctype}>(ctx, {args[0]}, {args[1]})"
-            if name == "pow":
-                return f"aotpack_ipow<{ctype}>({args[0]}, {args[1]})"
-            if name in ("isnan", "isinf", "signbit", "isfinite"):
-                return {"isnan": "false", "isinf": "false", "isfinite": "true"}.get(name, f"({args[0]} < 0)")
-        if ctype == "float" and name in _VECTOR_FLOAT:
-            return f"{_VECTOR_FLOAT[name]}({args[0]})"
-        if name in _UNARY_FLOAT:
-            return f"{_UNARY_FLOAT[name]}({args[0]})"
-        if name in _BINARY_FLOAT_FN:
-            return f"{_BINARY_FLOAT_FN[name]}({args[0]}, {args[1]})"
-        if name == "remainder":
-            return f"aotpack_fmod_py<{ctype}>({args[0]}, {args[1]})"
-        if name == "floordiv":
-            return f"std::floor({args[0]} / {args[1]})"
-        raise UnsupportedError(f"the scalar op {name} on {arg_dtype} has no C++ form yet")
+from ...ir.symbolic import contiguous_strides, index_var
+from .spelling import (
+    COMPUTE_CTYPE,
+    STORAGE_CTYPE,
+    body_writer,
+    load_from_storage,
+    store_to_storage,
+    to_cpp,
+    widen_to_float,
+)
 
 
 @dataclass(frozen=True)
-class RenderedKernel:
-    name: str
-    family: str
-    source: str
-    scratch_bytes: int = 0
+class CppKernel(RenderedKernel):
+    scratch_bytes: int = 0  # per-thread scratch it takes from the runtime (kernel ABI thread_scratch)
 
 
-@dataclass(frozen=True)
-class RenderedLibrary:
-    source: str
-    step_kernels: tuple[str, ...]  # kernel function name of each program step
-    step_args: tuple[tuple[str, ...], ...]  # buffer names passed to each step, in order
-    kernels: tuple[RenderedKernel, ...]
-
-
-class KernelRenderer:
-    def __init__(self, program: Program) -> None:
-        self.program = program
-        self.env = _env()
-        self.symbol_index = {s.expr: i for i, s in enumerate(program.symbols)}
-
-    def _args(self, kernel: Kernel) -> list[str]:
-        return [*kernel.reads(), kernel.output]
+class CppRenderer(KernelRenderer):
+    language = "cpp"
+    language_name = "C++"
 
     def _common(self, kernel: Kernel, exprs: list[sympy.Expr]) -> dict[str, Any]:
-        args = self._args(kernel)
+        args = self.args(kernel)
         arg_data = []
         for i, buffer in enumerate(args):
             dtype = self.program.buffers[buffer].dtype
             is_out = i == len(args) - 1
             arg_data.append({"cname": "out" if is_out else f"in{i}", "ctype": STORAGE_CTYPE[dtype],
                              "qualifier": "" if is_out else "const "})
-        used: set[sympy.Symbol] = set()
-        for e in exprs:
-            used |= sympy.sympify(e).free_symbols
-        symbols = [{"cname": f"s_{s.name}", "index": i} for s, i in self.symbol_index.items() if s in used]
+        symbols = [{"cname": f"s_{s.name}", "index": i} for s, i in self.used_symbols(exprs)]
         return {"args": arg_data, "symbols": symbols, "output": "out"}
 
-    def _names(self, kernel: Kernel) -> tuple[dict[str, str], dict[sympy.Symbol, str]]:
-        args = self._args(kernel)
-        arg_names = {b: ("out" if i == len(args) - 1 else f"in{i}") for i, b in enumerate(args)}
-        return arg_names, {s: f"s_{s.name}" for s in self.symbol_index}
-
-    def render(self, kernel: Kernel) -> RenderedKernel:
-        if isinstance(kernel, PointwiseKernel):
-            data, template = self._pointwise(kernel), "pointwise.cpp.jinja"
-        elif isinstance(kernel, ReductionKernel):
-            data, template = self._reduction(kernel), "reduction.cpp.jinja"
-        elif isinstance(kernel, ScatterKernel):
-            data, template = self._scatter(kernel), "scatter.cpp.jinja"
-        elif isinstance(kernel, MatmulKernel):
-            data = self._matmul(kernel)
-            template = "matmul.cpp.jinja" if kernel.dtype in ("float32", "float16", "bfloat16") else "matmul_generic.cpp.jinja"
-        elif isinstance(kernel, AttentionKernel):
-            data, template = self._attention(kernel), "attention.cpp.jinja"
-        else:
-            raise UnsupportedError(f"no C++ template for {type(kernel).__name__}")
-        body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
+    def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[CppKernel, None]:
         name = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-        return RenderedKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel))
+        return CppKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel)), None
 
-    def _pointwise(self, k: PointwiseKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
+    def prelude(self, kernels: list[RenderedKernel]) -> str:
+        scratch = max((k.scratch_bytes for k in kernels), default=0)
+        return self.env.get_template("prelude.h.jinja").render(scratch_bytes=scratch)
+
+    def pointwise(self, k: PointwiseKernel) -> tuple[str, dict[str, Any]]:
+        arg_names, sym_names = self.names(k)
         inner = frozenset({index_var("i", len(k.shape) - 1)}) if len(k.shape) >= 2 else frozenset()
-        writer = BodyWriter(arg_names, sym_names, inner)
+        writer = body_writer(arg_names, sym_names, inner)
         value = writer.value(k.value)
         out_dtype = self.program.buffers[k.output].dtype
         outer_strides = contiguous_strides(k.shape[:-1])
@@ -321,11 +87,11 @@ class KernelRenderer:
         data = self._common(k, [*k.shape, *scalar.index_exprs(k.value)])
         data.update(loops=loops, body=writer.lines, hoisted=writer.hoisted, store_index=store_index,
                     store_value=store_to_storage(value, out_dtype))
-        return data
+        return "pointwise.cpp.jinja", data
 
-    def _reduction(self, k: ReductionKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names, frozenset(index_var("r", d) for d in range(len(k.reduced))))
+    def reduction(self, k: ReductionKernel) -> tuple[str, dict[str, Any]]:
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names, frozenset(index_var("r", d) for d in range(len(k.reduced))))
         value = writer.value(k.value)
         acc_ctype = COMPUTE_CTYPE[k.acc_dtype]
         strides = contiguous_strides(k.shape)
@@ -342,11 +108,11 @@ class KernelRenderer:
                     lanes=REDUCTION_LANES if len(k.reduced) == 1 and k.op not in ("argmax", "argmin") else 0,
                     combine_lane=combine.replace("acc", "part[l]"),
                     op=k.op, store_value=store_to_storage(result, k.out_dtype))
-        return data
+        return "reduction.cpp.jinja", data
 
-    def _scatter(self, k: ScatterKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names)
+    def scatter(self, k: ScatterKernel) -> tuple[str, dict[str, Any]]:
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names)
         value = writer.value(k.value)
         target = writer.offset(k.target)
         dtype = self.program.buffers[k.output].dtype
@@ -360,10 +126,7 @@ class KernelRenderer:
         data.update(loops=[{"var": f"u{d}", "size": writer.index(s)} for d, s in enumerate(k.shape)],
                     body=writer.lines, ctype=ctype, value=value, target=target, op=k.op,
                     store_value=store_to_storage(combined[k.op], dtype))
-        return data
-
-    def _view(self, view: StridedView, writer: BodyWriter) -> dict[str, Any]:
-        return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
+        return "scatter.cpp.jinja", data
 
     # Cache blocking of the float matmul (templates/cpp/matmul.cpp.jinja): a task's tile is MC rows (a
     # multiple of the micro-kernel's 6) by NC columns (a multiple of 16), packed KC steps of k at a time.
@@ -381,14 +144,18 @@ class KernelRenderer:
             return 4 * (bm * d + bn * d + bm * bn + bn * dvp + bm * dvp + 2 * bm)
         return 0
 
+    def matmul(self, k: MatmulKernel) -> tuple[str, dict[str, Any]]:
+        fast = k.dtype in ("float32", "float16", "bfloat16")
+        return "matmul.cpp.jinja" if fast else "matmul_generic.cpp.jinja", self._matmul(k)
+
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
-        writer = BodyWriter(arg_names, sym_names)
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names)
         exprs = [k.batch, k.m, k.n, k.k]
         for operand in (k.a, k.b):
             if isinstance(operand, GatheredOperand):
                 exprs += scalar.index_exprs(operand.value)
-            else:
+            elif isinstance(operand, StridedView):
                 exprs += [operand.offset, *operand.strides]
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
@@ -397,19 +164,19 @@ class KernelRenderer:
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
-                                       "generation; this is an aotpack bug (GATHER_DTYPES, ops_linalg.py)")
+                                       "generation; this is an aotpack bug (GATHER_DTYPES, frontend/ops/linalg.py)")
             return self._matmul_gathered(k, data, arg_names, sym_names)
         a_dtype = self.program.buffers[k.a.buffer].dtype
         b_dtype = self.program.buffers[k.b.buffer].dtype
-        data.update(a=self._view(k.a, writer), b=self._view(k.b, writer), a_ctype=STORAGE_CTYPE[a_dtype],
+        data.update(a=self.view(k.a, writer), b=self._memory_view(k.b, writer), a_ctype=STORAGE_CTYPE[a_dtype],
                     b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
         if k.dtype in ("float32", "float16", "bfloat16"):
             a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
             data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
-                        load_b_at=widen_to_float(b_dtype), b_n_contiguous=k.b.strides[2] == 1, b_packed=k.b_packed,
-                        a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
-                        dot_rows=not k.b_packed and k.b.strides[1] == 1 and k.a.strides[2] == 1,
+                        load_b_at=widen_to_float(b_dtype), b_n_contiguous=_unit_stride(k.b, 2),
+                        b_packed=isinstance(k.b, PanelView), a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
+                        dot_rows=_unit_stride(k.b, 1) and k.a.strides[2] == 1,
                         load_a_at=widen_to_float(a_dtype),
                         store=store_to_storage("tile[i * NC + j]", k.dtype))
             return data
@@ -422,27 +189,32 @@ class KernelRenderer:
                     store=store_to_storage("acc[i][j]", k.dtype))
         return data
 
+    def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
+        """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""
+        if isinstance(operand, PanelView):
+            return {"offset": "0", "strides": ["0", "0", "0"]}
+        return self.view(operand, writer)
+
     def _matmul_gathered(self, k: MatmulKernel, data: dict[str, Any], arg_names: dict[str, str],
                          sym_names: dict[sympy.Symbol, str]) -> dict[str, Any]:
         """The float matmul with a gathered operand (implicit GEMM): the packing loops evaluate its expression
         straight into the panels the micro-kernel reads, instead of copying them from memory."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
-        data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=k.b_packed,
+        data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=isinstance(k.b, PanelView),
                     store=store_to_storage("tile[i * NC + j]", k.dtype))
-        writer = BodyWriter(arg_names, names)
+        writer = body_writer(arg_names, names)
         for side, operand in (("a", k.a), ("b", k.b)):
             if not isinstance(operand, GatheredOperand):
                 dtype = self.program.buffers[operand.buffer].dtype
-                data.update({side: self._view(operand, writer), f"{side}_ctype": STORAGE_CTYPE[dtype],
+                data.update({side: self._memory_view(operand, writer), f"{side}_ctype": STORAGE_CTYPE[dtype],
                              f"{side}_name": arg_names[operand.buffer]})
                 if side == "a":
                     a_elem = "row[k]" if operand.strides[2] == 1 else "row[k * a_sk]"
                     data.update(load_a=f"static_cast<float>({load_from_storage(a_elem, dtype)})",
                                 a_rows=dtype == "float32" and operand.strides[2] == 1)
                 else:
-                    data.update(load_b_at=widen_to_float(dtype),
-                                b_n_contiguous=operand.strides[2] == 1)
+                    data.update(load_b_at=widen_to_float(dtype), b_n_contiguous=_unit_stride(operand, 2))
                 continue
             data.update({side: {"offset": "0", "strides": ["0", "0", "0"]}, f"{side}_name": None})
             if side == "a":
@@ -455,7 +227,7 @@ class KernelRenderer:
                             load_b_at=widen_to_float(dtype),
                             b_row_offset=to_cpp(row, names), b_col_offset=to_cpp(col, names))
                 continue
-            element = BodyWriter(arg_names, names)
+            element = body_writer(arg_names, names)
             value = element.value(operand.value)
             data.update({f"{side}_lines": element.lines, f"{side}_value": f"static_cast<float>({value})"})
         return data
@@ -466,10 +238,10 @@ class KernelRenderer:
     # BM 96 took 167 ms where BM 48 took 230 and BM 24 283 (BN 128 changed little; eager took about 130).
     ATTENTION_BLOCKS = {"bm": 96, "bn": 64}
 
-    def _attention(self, k: AttentionKernel) -> dict[str, Any]:
-        arg_names, sym_names = self._names(k)
+    def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
+        arg_names, sym_names = self.names(k)
         loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
-        writer = BodyWriter(arg_names, {**sym_names, **loop_vars}, frozenset({index_var("i", 3)}))
+        writer = body_writer(arg_names, {**sym_names, **loop_vars}, frozenset({index_var("i", 3)}))
         score = "srow[j]"
         if k.mask is not None:
             mask = writer.value(k.mask)
@@ -493,10 +265,15 @@ class KernelRenderer:
                     store=store_to_storage("acc[i * DVP + d] * inv", k.dtype))
         for name, view in views.items():
             element = {"q": "qb[i * q_si + d * q_sd]", "k": "row[d * k_sd]", "v": "row[d * v_sd]"}[name]
-            data.update({name: self._view(view, writer), f"{name}_ctype": STORAGE_CTYPE[dtypes[name]],
+            data.update({name: self.view(view, writer), f"{name}_ctype": STORAGE_CTYPE[dtypes[name]],
                          f"{name}_name": arg_names[view.buffer],
                          f"load_{name}": f"static_cast<float>({load_from_storage(element, dtypes[name])})"})
-        return data
+        return "attention.cpp.jinja", data
+
+
+def _unit_stride(operand: StridedView | PanelView, dim: int) -> bool:
+    """Whether a memory operand's elements are contiguous along `dim` (never for panels, read as panels)."""
+    return isinstance(operand, StridedView) and operand.strides[dim] == 1
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -510,10 +287,10 @@ REDUCTION_LANES = 8
 def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
     """(initial value, C++ statement folding `v` into `acc`, the stored result) of a reduction."""
     ctype = COMPUTE_CTYPE[acc_dtype]
-    is_float = scalar.is_float(acc_dtype)
-    lowest = f"-std::numeric_limits<{ctype}>::infinity()" if is_float else f"std::numeric_limits<{ctype}>::lowest()"
-    highest = f"std::numeric_limits<{ctype}>::infinity()" if is_float else f"std::numeric_limits<{ctype}>::max()"
-    nan_check = " || v != v" if is_float else ""
+    floating = is_float(acc_dtype)
+    lowest = f"-std::numeric_limits<{ctype}>::infinity()" if floating else f"std::numeric_limits<{ctype}>::lowest()"
+    highest = f"std::numeric_limits<{ctype}>::infinity()" if floating else f"std::numeric_limits<{ctype}>::max()"
+    nan_check = " || v != v" if floating else ""
     if op == "sum":
         return "0", "acc += v;", "acc"
     if op == "prod":
@@ -524,7 +301,7 @@ def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
         return highest, f"if (v < acc{nan_check}) acc = v;", "acc"
     if op in ("argmax", "argmin"):
         cmp = ">" if op == "argmax" else "<"
-        first_nan = " || (v != v && acc == acc)" if is_float else ""
+        first_nan = " || (v != v && acc == acc)" if floating else ""
         init = lowest if op == "argmax" else highest
         return init, f"if (v {cmp} acc{first_nan}) {{ acc = v; best = ridx; }}", "best"
     if op == "any":
@@ -534,18 +311,6 @@ def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
     raise UnsupportedError(f"reduction {op} has no C++ form")
 
 
-def render_library(program: Program) -> RenderedLibrary:
-    """The whole kernel library of a program: prelude, then each distinct kernel once."""
-    renderer = KernelRenderer(program)
-    kernels: dict[str, RenderedKernel] = {}
-    names, args = [], []
-    for step in program.steps:
-        rendered = renderer.render(step)
-        kernels.setdefault(rendered.name, rendered)
-        names.append(rendered.name)
-        args.append(tuple(renderer._args(step)))
-    scratch = max((k.scratch_bytes for k in kernels.values()), default=0)
-    prelude = renderer.env.get_template("prelude.h.jinja").render(scratch_bytes=scratch)
-    source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
-    return RenderedLibrary(source, tuple(names), tuple(args), tuple(kernels.values()))
-
+def render_cpp_library(program: Program) -> RenderedLibrary:
+    """The whole C++ kernel library of a program: prelude, then each distinct kernel once."""
+    return render_library(CppRenderer(program))

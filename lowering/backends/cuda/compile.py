@@ -23,7 +23,8 @@ from pathlib import Path
 
 from .... import knobs
 from ....errors import AotpackError
-from .render import TritonKernel, TritonLibrary
+from ...codegen.library import RenderedLibrary
+from .render import TritonKernel
 
 
 class TritonCompileError(AotpackError):
@@ -143,7 +144,7 @@ def _cache_key(prelude: str, kernel: TritonKernel, arch: int, version: str) -> s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def compile_triton_library(library: TritonLibrary, archs: tuple[int, ...]) -> dict[int, CompiledArch]:
+def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> dict[int, CompiledArch]:
     """Cubins of every kernel of `library` for each compute capability in `archs` (e.g. 80, 90)."""
     triton = _require_triton()[0]
     cache = knobs.cache_dir() / "cuda"

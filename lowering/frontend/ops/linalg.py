@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import sympy
@@ -10,7 +9,6 @@ import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ....errors import UnsupportedError
-from ...backends.cpu.prepack import PANEL, can_prepack, pack_panels
 from ...ir.kernels import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
 from ...ir.scalar import Const, IndexValue, Op, cast
 from .. import values as V
@@ -53,7 +51,7 @@ def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorVal
 
 def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype: str, *,
                   gather_a: bool = False, gather_b: bool = False) -> TensorValue:
-    """a @ b for 2-d or 3-d (batched) operands, into a new buffer; a constant b is packed at export.
+    """a @ b for 2-d or 3-d (batched) operands, into a new buffer.
 
     A lazy operand is computed into memory first, unless `gather_a`/`gather_b` asks the kernel to evaluate its
     expression as it loads each tile (GatheredOperand): worth it when the expression is cheap to repeat for
@@ -67,13 +65,6 @@ def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype:
         output=out, a=_operand(ctx, a, gather_a, out_dtype), b=_operand(ctx, b, gather_b, out_dtype),
         batch=batch, m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], dtype=out_dtype,
     )
-    b_buffer = ctx.buffers[kernel.b.buffer] if isinstance(kernel.b, StridedView) else None
-    if b_buffer is not None and can_prepack(kernel, b_buffer.dtype, b_buffer.kind):
-        k, n = int(kernel.k), int(kernel.n)
-        packed = pack_panels(ctx.weights[b_buffer.source], kernel.b, k, n)
-        name = ctx.weight(packed, f"{b_buffer.source}.panels{PANEL}")
-        kernel = dataclasses.replace(kernel, b=StridedView(name, sympy.Integer(0), (sympy.Integer(0),) * 3),
-                                     b_packed=True, b_source=kernel.b)
     ctx.add_step(kernel)
     return V.from_buffer(out, out_dtype, shape)
 

@@ -13,7 +13,8 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ....errors import UnsupportedError
-from ...ir.scalar import Const, IndexValue, Node, Op, cast, is_float
+from ...ir.dtypes import is_float
+from ...ir.scalar import Const, IndexValue, Node, Op, cast
 from ..graph import GraphLowering, dtype_name
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, broadcast_to

@@ -16,8 +16,9 @@ import sympy
 import torch
 
 from ....errors import UnsupportedError
+from ...ir.dtypes import is_float
 from ...ir.kernels import ScatterKernel
-from ...ir.scalar import Const, Indirect, Load, Node, Op, cast, is_float
+from ...ir.scalar import Const, Indirect, Load, Node, Op, cast
 from ...ir.symbolic import Expr, index_var, product
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers

@@ -15,7 +15,8 @@ import sympy
 import torch
 
 from ....errors import UnsupportedError
-from ...ir.scalar import Const, IndexValue, Node, Op, cast, is_float
+from ...ir.dtypes import is_float
+from ...ir.scalar import Const, IndexValue, Node, Op, cast
 from ...ir.symbolic import upper_bound
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
