@@ -59,6 +59,14 @@ class IndexSpelling:
         raise NotImplementedError
 
 
+def fold_calls(fn: str, args: list[str]) -> str:
+    """fn(fn(a, b), c) ...: an n-ary max or min through a binary function."""
+    out = args[0]
+    for a in args[1:]:
+        out = f"{fn}({out}, {a})"
+    return out
+
+
 def print_expr(expr: sympy.Expr, spelling: IndexSpelling, names: Mapping[sympy.Symbol, str] | None = None) -> Any:
     """`expr` in `spelling`'s language; `names` renames symbols (user symbols become kernel-local names)."""
     names = names or {}

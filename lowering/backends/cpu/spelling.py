@@ -12,7 +12,7 @@ import sympy
 
 from ....errors import UnsupportedError
 from ...codegen.body import BodySpelling, BodyWriter
-from ...codegen.printer import IndexSpelling, print_expr
+from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
 from ...ir.scalar import Indirect, Load, Op
 
@@ -80,17 +80,10 @@ class CppIndex(IndexSpelling):
         return f"aotpack_mod({a}, {b})"
 
     def max(self, args: list[str]) -> str:
-        return _fold("std::max<int64_t>", args)
+        return fold_calls("std::max<int64_t>", args)
 
     def min(self, args: list[str]) -> str:
-        return _fold("std::min<int64_t>", args)
-
-
-def _fold(fn: str, args: list[str]) -> str:
-    out = args[0]
-    for a in args[1:]:
-        out = f"{fn}({out}, {a})"
-    return out
+        return fold_calls("std::min<int64_t>", args)
 
 
 CPP_INDEX = CppIndex()

@@ -15,7 +15,7 @@ import sympy
 
 from ....errors import UnsupportedError
 from ...codegen.body import BodySpelling, BodyWriter, Check
-from ...codegen.printer import IndexSpelling, print_expr
+from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
 from ...ir.scalar import Indirect, Load, Op
 
@@ -59,17 +59,10 @@ class TritonIndex(IndexSpelling):
         return f"({a} % {b})" if _nonneg(e.args[0]) and _nonneg(e.args[1]) else f"_pymod({a}, {b})"
 
     def max(self, args: list[str]) -> str:
-        return _fold("tl.maximum", args)
+        return fold_calls("tl.maximum", args)
 
     def min(self, args: list[str]) -> str:
-        return _fold("tl.minimum", args)
-
-
-def _fold(fn: str, args: list[str]) -> str:
-    out = args[0]
-    for a in args[1:]:
-        out = f"{fn}({out}, {a})"
-    return out
+        return fold_calls("tl.minimum", args)
 
 
 TRITON_INDEX = TritonIndex()
