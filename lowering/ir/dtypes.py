@@ -29,7 +29,8 @@ class DType:
         return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if self.signed else (0, 2 ** bits - 1)
 
 
-# In the order error messages list them.
+# In the order of the C API's aotpack_dtype_t codes (runtime_cpp/include/aotpack.h): a dtype's code is its
+# position here (runtime.py passes dtypes by code; tests/unit/test_dtypes.py checks the header agrees).
 DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("float32", 4, "float"),
     DType("float64", 8, "float"),
@@ -42,6 +43,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("uint8", 1, "int", signed=False),
     DType("bool", 1, "bool", signed=False),
 )}
+
+
+def code(dtype: str) -> int:
+    """The dtype's aotpack_dtype_t value."""
+    return list(DTYPES).index(dtype)
 
 
 def is_float(dtype: str) -> bool:

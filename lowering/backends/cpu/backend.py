@@ -10,7 +10,7 @@ from ....packages import layout
 from ...codegen.library import RenderedLibrary
 from ...ir.kernels import Program
 from ..interface import Artifacts, Backend, LayoutPass
-from .compile import compile_library, compiler_version
+from .compile import compile_cpp_library, compiler_version
 from .prepack import prepack_weights
 from .render import render_cpp_library
 
@@ -30,7 +30,7 @@ class CpuBackend(Backend):
         return render_cpp_library(program)
 
     def compile(self, library: RenderedLibrary) -> bytes:
-        return compile_library(library.source, self.isa)
+        return compile_cpp_library(library.source, self.isa)
 
     def describe_binaries(self, binaries: bytes) -> str:
         return f"kernels.so: {len(binaries)} bytes"

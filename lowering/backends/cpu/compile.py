@@ -33,7 +33,7 @@ def compiler_version(cxx: str) -> str:
     return out.splitlines()[0].strip()
 
 
-def compile_library(source: str, isa: str) -> bytes:
+def compile_cpp_library(source: str, isa: str) -> bytes:
     cxx = knobs.cxx()
     flags = [*BASE_FLAGS, f"-march={isa}", f"-I{ABI_INCLUDE}"]
     abi_header = (ABI_INCLUDE / "aotpack_kernel_abi.h").read_bytes()

@@ -1,8 +1,9 @@
-"""Renders kernel IR as C++ from the Jinja templates in templates/cpp/.
+"""The data each kernel family's template in templates/cpp/ gets, through the codegen core (codegen/).
 
 Python decides what to compute and hands the templates plain data (names, C++ expressions as strings,
-loop bounds); the templates hold all the C++ structure. A kernel's name is the hash of its rendered
-body, so identical kernels (a model's repeated layers) collapse into one function.
+loop bounds, block sizes); the templates hold all the C++ structure, spelling.py the C++ of bodies and
+sizes. A kernel's name is the hash of its rendered body, so identical kernels (a model's repeated layers)
+collapse into one function.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class CppKernel(RenderedKernel):
 
 
 class CppRenderer(KernelRenderer):
+    """Kernel IR -> C++ kernels: one method per kernel family, returning its template and data."""
+
     language = "cpp"
     language_name = "C++"
 

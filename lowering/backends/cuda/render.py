@@ -1,4 +1,4 @@
-"""Renders kernel IR as Triton kernels from the Jinja templates in templates/triton/.
+"""The data each kernel family's template in templates/triton/ gets, through the codegen core (codegen/).
 
 The same IR the C++ backend renders (lowering/ir/kernels.py): Python decides what to compute and hands the
 templates plain data (parameter lists, Triton expressions as strings, block sizes); the templates hold
@@ -68,6 +68,9 @@ def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
 
 
 class TritonRenderer(KernelRenderer):
+    """Kernel IR -> Triton kernels: one method per kernel family, returning its template and data (with the
+    launch options and grid under "meta")."""
+
     language = "triton"
     language_name = "Triton"
 
