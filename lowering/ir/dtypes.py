@@ -30,7 +30,7 @@ class DType:
 
 
 # In the order of the C API's aotpack_dtype_t codes (runtime_cpp/include/aotpack.h): a dtype's code is its
-# position here (runtime.py passes dtypes by code; tests/unit/test_dtypes.py checks the header agrees).
+# position here (runtime.py passes dtypes by code; tests/unit/test_dtype_table.py checks the header agrees).
 DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("float32", 4, "float"),
     DType("float64", 8, "float"),
