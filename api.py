@@ -31,7 +31,7 @@ from .exporter import (
     with_dtype,
 )
 from .exporter.from_objects import spec_from_exported, spec_from_module
-from .lowering.decompositions import decompositions
+from .lowering.frontend.decompositions import decompositions
 from .lowering.targets import parse_targets
 
 __all__ = ["ExportResult", "export", "export_model_file", "export_spec"]

@@ -18,11 +18,10 @@ import torch
 from . import __version__, knobs, progress
 from .errors import AotpackError
 from .exporter import CapturedProgram, export_model
-from .lowering.compile_cpp import compiler_version
-from .lowering.decompositions import decompositions
-from .lowering.stages import Lowered, run_stages
-from .lowering.symbolic import to_json
-from .lowering.targets import Targets
+from .lowering.codegen.printer import to_json
+from .lowering.frontend.decompositions import decompositions
+from .lowering.stages import Compilation, run_stages
+from .lowering.targets import CpuTarget, Targets
 from .packages import layout
 from .packages.manifest import make_manifest, with_verification
 from .packages.writer import canonical_json, write_package
@@ -42,7 +41,7 @@ class ExportResult:
         return self.manifest.get("verification")
 
 
-def _signature(captured: CapturedProgram, lowered: Lowered) -> dict[str, Any]:
+def _signature(captured: CapturedProgram, lowered: Compilation) -> dict[str, Any]:
     program = lowered.program
 
     def tensor(name: str) -> dict[str, Any]:
@@ -86,34 +85,30 @@ def _build(captured: CapturedProgram, output: Path, name: str | None, version: s
            report: progress.Progress) -> ExportResult:
     from .verification import verify_package
 
-    isa = targets.cpu.isa if targets is not None and targets.cpu is not None else knobs.cpu_isa()
-    lowered = run_stages(captured, isa, dump=dump, dump_stages=tuple(dump_stages), targets=targets)
+    targets = targets or Targets(CpuTarget(knobs.cpu_isa()), None)
+    lowered = run_stages(captured, targets, dump=dump, dump_stages=tuple(dump_stages))
 
     members = {
         layout.PROGRAM: canonical_json(lowered.program_json),
         layout.WEIGHTS: safetensors.torch.save(lowered.program.weights),
     }
     target_entries = []
-    if lowered.library is not None:
-        members[layout.cpu_library(isa)] = lowered.library_bytes
-        members[layout.cpu_source(isa)] = lowered.library.source.encode()
-        target_entries.append({"kind": "cpu", "arch": platform.machine(), "isa": isa, "library": layout.cpu_library(isa)})
-    if lowered.cubins:
-        members.update(_cuda_members(lowered))
-        target_entries.append(_cuda_target(lowered))
+    for backend in lowered.backends:
+        members.update(backend.package_members(lowered.artifacts[backend.kind]))
+        target_entries.append(backend.manifest_target(lowered.artifacts[backend.kind]))
+    first = lowered.artifacts[lowered.backends[0].kind]
     manifest = make_manifest(
         name=name or default_name(captured.model_file),
         version=version,
         producer={
             "aotpack": __version__,
             "torch": torch.__version__,
-            "compiler": compiler_version(knobs.cxx()),
             "python": platform.python_version(),
-            **({"triton": _triton_version()} if lowered.cubins else {}),
+            **{k: v for backend in lowered.backends for k, v in backend.producer_versions().items()},
         },
         targets=target_entries,
         signature=_signature(captured, lowered),
-        metadata={"kernels": len((lowered.library or lowered.triton).kernels), "steps": len(lowered.program.steps),
+        metadata={"kernels": len(first.library.kernels), "steps": len(lowered.program.steps),
                   "arena_bytes": lowered.plan.arena_bytes},
     )
     if verify != "off":
@@ -131,36 +126,6 @@ def _build(captured: CapturedProgram, output: Path, name: str | None, version: s
     with report.stage("write"):
         final = write_package(output, manifest, members)
     return ExportResult(output, final, dict(report.seconds), output.stat().st_size, tuple(captured.notes))
-
-
-def _triton_version() -> str:
-    from .lowering.compile_triton import triton_version
-
-    return triton_version() or "unknown"
-
-
-def _cuda_members(lowered: Lowered) -> dict[str, bytes]:
-    """cuda/sm_<cc>/<kernel>.cubin and cuda/sm_<cc>/kernels.json per architecture, and the Triton source."""
-    members: dict[str, bytes] = {}
-    for arch, compiled in sorted(lowered.cubins.items()):
-        entries = []
-        for kernel in lowered.triton.kernels:
-            c = compiled.kernels[kernel.name]
-            members[layout.cuda_cubin(arch, kernel.name)] = c.cubin
-            entries.append({"name": kernel.name, "cubin": layout.cuda_cubin(arch, kernel.name), "function": c.name,
-                            "num_warps": c.num_warps, "shared": c.shared,
-                            "global_scratch_size": c.global_scratch_size,
-                            "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version})
-        members[layout.cuda_kernels(arch)] = canonical_json({"arch": arch, "kernels": entries})
-    members[layout.CUDA_SOURCE] = lowered.triton.source.encode()
-    return members
-
-
-def _cuda_target(lowered: Lowered) -> dict[str, Any]:
-    compiled = [lowered.cubins[a] for a in sorted(lowered.cubins)]
-    ptx = max((c.ptx_version for c in compiled), key=lambda v: tuple(map(int, v.split("."))) if v else (0,))
-    return {"kind": "cuda", "archs": sorted(lowered.cubins), "ptx_version": ptx,
-            "min_driver_version": max(c.min_cuda_driver for c in compiled), "source": layout.CUDA_SOURCE}
 
 
 def default_name(model_file: Path) -> str:

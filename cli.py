@@ -47,8 +47,9 @@ def main() -> None:
 @click.option("--name", help="Package name (default: the model's folder, or the file's stem).")
 @click.option("--version", "version", default="0.1.0", show_default=True, help="Package version.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
-              help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, render_triton, "
-                   "compile_triton, serialize).")
+              help="Print a lowering stage's output; repeatable. The stages are the targets': lower, "
+                   "prepack_weights (cpu), plan_memory, render_cpp and compile_cpp (cpu), render_triton and "
+                   "compile_triton (cuda), serialize.")
 @click.option("--dtype", "dtype", metavar="DTYPE", help="Cast floating weights and inputs first: fp32, bf16 or fp16.")
 @click.option("--verify", "verify", type=click.Choice(["range", "example", "off"]), default="range", show_default=True,
               help="Run the package against PyTorch before writing it: at the examples and the ends and inside of "
@@ -63,14 +64,17 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
            dump: tuple[str, ...], dtype: str | None, verify: str, no_verify: bool, target: str, cuda_arch: str | None,
            quiet: bool) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
-    from . import progress
+    from . import knobs, progress
     from .api import export_model_file
     from .build import default_name
-    from .lowering.stages import STAGE_NAMES
+    from .lowering.stages import stage_names
+    from .lowering.targets import parse_targets
 
-    unknown = [s for s in dump if s not in STAGE_NAMES]
+    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
+    stages = stage_names(targets)
+    unknown = [s for s in dump if s not in stages]
     if unknown:
-        _fail(f"--dump {unknown[0]}: no such stage; the stages are {', '.join(STAGE_NAMES)}")
+        _fail(f"--dump {unknown[0]}: no such stage for --target {target}; its stages are {', '.join(stages)}")
     if not Path(model_file).is_file():
         _fail(f"{model_file}: no such file; pass the path of a model.py")
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
@@ -137,8 +141,8 @@ def inspect(package: str, as_json: bool) -> None:
             click.echo(f"{kind[:-1]:>7}:  {t['name']}: {t['dtype']}{_shape(t['shape'])}")
     weights = pkg.members[layout.WEIGHTS]
     click.echo(f"weights:  {len(weights) / 1e6:.2f} MB")
-    click.echo(f"arena:    {program['arena_bytes'] / 1e6:.2f} MB at the declared maxima")
-    click.echo(f"kernels:  {len({s['kernel'] for s in program['steps']})} distinct, {len(program['steps'])} steps")
+    click.echo(f"arena:    {program.arena_bytes / 1e6:.2f} MB at the declared maxima")
+    click.echo(f"kernels:  {len({s.kernel for s in program.steps})} distinct, {len(program.steps)} steps")
     from .verification import verification_table
 
     for line in verification_table(m.get("verification")):

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import errors, knobs
+from .lowering.ir.dtypes import DTYPES, code
 
 MAX_RANK = 8
 
@@ -103,19 +104,8 @@ class _SessionOptions(ctypes.Structure):
 
 
 # aotpack_dtype_t values, with the numpy dtype of each ("bfloat16" where numpy has none).
-_DTYPES: dict[int, Any] = {
-    0: np.dtype(np.float32),
-    1: np.dtype(np.float64),
-    2: np.dtype(np.float16),
-    3: "bfloat16",
-    4: np.dtype(np.int64),
-    5: np.dtype(np.int32),
-    6: np.dtype(np.int16),
-    7: np.dtype(np.int8),
-    8: np.dtype(np.uint8),
-    9: np.dtype(np.bool_),
-}
-_BFLOAT16 = 3
+_DTYPES: dict[int, Any] = {code(name): name if name == "bfloat16" else np.dtype(name) for name in DTYPES}
+_BFLOAT16 = code("bfloat16")
 _CODE_OF_NUMPY = {dt: code for code, dt in _DTYPES.items() if code != _BFLOAT16}
 # By name ("float32", ..., "bfloat16", "bool"), which is how torch spells dtypes after "torch.".
 _CODE_OF_NAME = {dt if isinstance(dt, str) else dt.name: code for code, dt in _DTYPES.items()}

@@ -219,10 +219,10 @@ class NotCoreATen(Exception):
 def capture_samples(fn: Callable, samples: Sequence[Sample]) -> Any:
     """Captured and decomposed; raises NotCoreATen when what is left is not core ATen (linalg, fft, special)."""
     from aotpack.exporter import capture
-    from aotpack.lowering import stages  # noqa: F401  (registers the lowerings)
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.graph import _IGNORED as IGNORED_NODES
-    from aotpack.lowering.registry import lowering_for
+    from aotpack.lowering.frontend import ops  # noqa: F401  (registers the lowerings)
+    from aotpack.lowering.frontend.decompositions import decompositions
+    from aotpack.lowering.frontend.graph import _IGNORED as IGNORED_NODES
+    from aotpack.lowering.frontend.registry import lowering_for
 
     captured = capture(_spec(OneOp(fn, samples)), (), None, decompositions())
     left = {str(n.target) for n in captured.program.graph.nodes
@@ -235,8 +235,8 @@ def capture_samples(fn: Callable, samples: Sequence[Sample]) -> Any:
 
 
 def lower_only(captured: Any) -> None:
-    from aotpack.lowering import stages  # noqa: F401  (registers the lowerings)
-    from aotpack.lowering.graph import GraphLowering
+    from aotpack.lowering.frontend import ops  # noqa: F401  (registers the lowerings)
+    from aotpack.lowering.frontend.graph import GraphLowering
 
     GraphLowering(captured).run()
 

@@ -87,7 +87,7 @@ def run_case(case: Case, threads: int, repeat: int, aoti: bool, workdir: Path) -
     from aotpack import runtime
     from aotpack.build import build_package
     from aotpack.exporter import capture, load_model_file, resolve_symbols
-    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.verification import relative_error
 
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full" if case.full_size else "small"
@@ -141,7 +141,7 @@ def matmul_throughput(threads: int, repeat: int, workdir: Path) -> dict[str, flo
     from aotpack import runtime
     from aotpack.build import build_package
     from aotpack.exporter import ModelSpec, capture, resolve_symbols
-    from aotpack.lowering.decompositions import decompositions
+    from aotpack.lowering.frontend.decompositions import decompositions
 
     m, k, n = 512, 768, 3072
     weight = torch.randn(k, n)

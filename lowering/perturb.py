@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import scalar
-from .ir import PointwiseKernel, Program
+from .ir import scalar
+from .ir.kernels import PointwiseKernel, Program
 
 
 def perturbed(program: Program, factor: float) -> Program:

@@ -1,68 +1,66 @@
-"""The lowering pipeline as an ordered list of named stages. Reading STAGES tells the whole compiler.
+"""The compiler as an ordered list of named stages, built from the backends of a package's targets.
 
-    lower        ATen graph -> kernel IR (views as index math, elementwise chains fused, see values.py)
-    plan_memory  kernel IR -> arena offsets for every intermediate, sized for the declared maxima
-    render_cpp   kernel IR -> one C++ source from templates/cpp (identical kernels once)
-    compile_cpp  C++ source -> kernels.so bytes (cached by source hash)
-    render_triton  kernel IR -> one Triton module from templates/triton (CUDA targets only)
-    compile_triton Triton module -> one cubin per kernel and CUDA arch (cached; no GPU needed)
-    serialize    everything -> program.json (docs/package-format.md)
+    lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
+                     fused, one lowering per op in frontend/ops/)
+    <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
+                     out in the panels its kernel reads)
+    plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
+    render_<lang>    kernel IR -> one library of kernels from templates/<lang>/, per backend (codegen/ core,
+                     backends/<kind>/ spellings): render_cpp, render_triton
+    compile_<lang>   library -> binaries, per backend: compile_cpp (kernels.so), compile_triton (cubins)
+    serialize        everything -> program.json's plain data (packages/program.py writes it)
 
-Any stage's output can be printed with `aotpack export --dump STAGE`.
+A package for `--target cpu,cuda` runs lower, prepack_weights, plan_memory, render_cpp, compile_cpp,
+render_triton, compile_triton, serialize. The IR is verified after every stage that changes it. Any
+stage's output can be printed with `aotpack export --dump STAGE`.
 """
 
 from __future__ import annotations
 
+import json
 import pprint
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import knobs, progress
-from . import (  # noqa: F401  (registration)
-    ops_attention,
-    ops_distance,
-    ops_index,
-    ops_linalg,
-    ops_norm,
-    ops_pointwise,
-    ops_pool,
-    ops_reduce,
-    ops_scatter,
-    ops_sort,
-    ops_views,
-)
-from .codegen_cpp import RenderedLibrary, render_library
-from .codegen_triton import TritonLibrary, render_triton_library
-from .compile_cpp import compile_library
-from .graph import GraphLowering
-from .ir import MemoryPlan, Program
-from .memory import plan_memory
+from ..exporter import CapturedProgram
+from ..packages.program import Binding, BufferEntry, ProgramDoc, SymbolEntry, program_json
+from .backends import Artifacts, Backend, backends_for
+from .codegen.printer import to_json
+from .frontend.graph import GraphLowering
+from .ir.kernels import MemoryPlan, Program
+from .ir.memory import plan_memory
+from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
-from .symbolic import to_json
-from .targets import CpuTarget, Targets
-from .verify import verify_plan, verify_program
+from .targets import Targets
 
 
 @dataclass(frozen=True)
-class Lowered:
+class Compilation:
+    """What the stages have made so far; each stage fills in its part and hands on a new one."""
+
+    captured: CapturedProgram  # what `lower` reads
+    backends: tuple[Backend, ...]
     program: Program | None = None
     plan: MemoryPlan | None = None
-    library: RenderedLibrary | None = None
-    library_bytes: bytes | None = None
+    artifacts: Mapping[str, Artifacts] = field(default_factory=dict)  # backend kind -> its library and binaries
     program_json: dict[str, Any] | None = None
-    isa: str = "x86-64-v3"
-    targets: Targets | None = None  # None: the CPU at `isa` only
-    triton: TritonLibrary | None = None
-    cubins: dict[int, Any] | None = None  # arch -> compile_triton.CompiledArch
 
-    @property
-    def wants_cpu(self) -> bool:
-        return self.targets is None or self.targets.cpu is not None
+    def with_artifacts(self, backend: Backend, **changes: Any) -> Compilation:
+        old = self.artifacts.get(backend.kind, Artifacts())
+        return replace(self, artifacts={**self.artifacts, backend.kind: replace(old, **changes)})
 
 
-def _lower(state: Lowered, captured: Any) -> Lowered:
-    program = GraphLowering(captured).run()
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Compilation], Compilation]
+    describe: Callable[[Compilation], str]  # its output, readable, for --dump
+
+
+def _lower(state: Compilation) -> Compilation:
+    program = GraphLowering(state.captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
@@ -70,138 +68,103 @@ def _lower(state: Lowered, captured: Any) -> Lowered:
     return replace(state, program=program)
 
 
-def _plan(state: Lowered, captured: Any) -> Lowered:
+def _layout(name: str, layout_pass: Callable[[Program], Program]) -> Callable[[Compilation], Compilation]:
+    def run(state: Compilation) -> Compilation:
+        program = layout_pass(state.program)
+        verify_program(program, name)
+        return replace(state, program=program)
+
+    return run
+
+
+def _plan(state: Compilation) -> Compilation:
     plan = plan_memory(state.program)
     verify_plan(state.program, plan, "plan_memory")
     return replace(state, plan=plan)
 
 
-def _render(state: Lowered, captured: Any) -> Lowered:
-    if not state.wants_cpu:
-        return state
-    return replace(state, library=render_library(state.program))
+def _render(backend: Backend) -> Callable[[Compilation], Compilation]:
+    return lambda state: state.with_artifacts(backend, library=backend.render(state.program))
 
 
-def _compile(state: Lowered, captured: Any) -> Lowered:
-    if not state.wants_cpu:
-        return state
-    return replace(state, library_bytes=compile_library(state.library.source, state.isa))
+def _compile(backend: Backend) -> Callable[[Compilation], Compilation]:
+    return lambda state: state.with_artifacts(backend, binaries=backend.compile(state.artifacts[backend.kind].library))
 
 
-def _render_triton(state: Lowered, captured: Any) -> Lowered:
-    if state.targets is None or state.targets.cuda is None:
-        return state
-    return replace(state, triton=render_triton_library(state.program))
+def _serialize(state: Compilation) -> Compilation:
+    return replace(state, program_json=program_json(plan_document(state)))
 
 
-def _compile_triton(state: Lowered, captured: Any) -> Lowered:
-    if state.triton is None:
-        return state
-    from .compile_triton import compile_triton_library  # imports Triton only when exporting for CUDA
-
-    return replace(state, cubins=compile_triton_library(state.triton, state.targets.cuda.archs))
-
-
-def _serialize(state: Lowered, captured: Any) -> Lowered:
-    return replace(state, program_json=program_to_json(state.program, state.plan, state.library, state.triton))
-
-
-STAGES: tuple[tuple[str, Callable[[Lowered, Any], Lowered]], ...] = (
-    ("lower", _lower),
-    ("plan_memory", _plan),
-    ("render_cpp", _render),
-    ("compile_cpp", _compile),
-    ("render_triton", _render_triton),
-    ("compile_triton", _compile_triton),
-    ("serialize", _serialize),
-)
-STAGE_NAMES = tuple(name for name, _ in STAGES)
+def stages_for(backends: tuple[Backend, ...]) -> tuple[Stage, ...]:
+    return (
+        Stage("lower", _lower, _describe_program),
+        *(Stage(name, _layout(name, layout_pass), _describe_program)
+          for backend in backends for name, layout_pass in backend.layout_passes()),
+        Stage("plan_memory", _plan, lambda state: pprint.pformat(state.plan, width=120)),
+        *(stage for backend in backends for stage in (
+            Stage(f"render_{backend.language}", _render(backend),
+                  lambda state, b=backend: state.artifacts[b.kind].library.source),
+            Stage(f"compile_{backend.language}", _compile(backend),
+                  lambda state, b=backend: b.describe_binaries(state.artifacts[b.kind].binaries)))),
+        Stage("serialize", _serialize, lambda state: json.dumps(state.program_json, indent=1)),
+    )
 
 
-def run_stages(captured: Any, isa: str, dump: Callable[[str, str], None] | None = None,
-               dump_stages: tuple[str, ...] = (), targets: Targets | None = None) -> Lowered:
-    if targets is not None and targets.cpu is not None:
-        isa = targets.cpu.isa
-    state = Lowered(isa=isa, targets=targets or Targets(CpuTarget(isa), None))
+def stage_names(targets: Targets) -> tuple[str, ...]:
+    return tuple(stage.name for stage in stages_for(backends_for(targets)))
+
+
+def run_stages(captured: CapturedProgram, targets: Targets, dump: Callable[[str, str], None] | None = None,
+               dump_stages: tuple[str, ...] = ()) -> Compilation:
+    backends = backends_for(targets)
+    state = Compilation(captured, backends)
     report = progress.current()
-    for name, stage in STAGES:
-        if _applies(name, state):
-            with report.stage(name):
-                state = stage(state, captured)
-        if dump is not None and name in dump_stages:
-            dump(name, describe(name, state))
+    for stage in stages_for(backends):
+        with report.stage(stage.name):
+            state = stage.run(state)
+        if dump is not None and stage.name in dump_stages:
+            dump(stage.name, stage.describe(state))
     return state
 
 
-def _applies(name: str, state: Lowered) -> bool:
-    """Whether a stage has work for this package's targets (so progress does not list the others)."""
-    if name in ("render_cpp", "compile_cpp"):
-        return state.wants_cpu
-    if name in ("render_triton", "compile_triton"):
-        return state.targets is not None and state.targets.cuda is not None
-    return True
+def _describe_program(state: Compilation) -> str:
+    program = state.program
+    lines = [f"symbols: {program.symbols}"]
+    lines += [f"  {b.name}: {b.kind} {b.dtype}{list(b.shape)} {b.source or ''}" for b in program.buffers.values()]
+    lines += [f"step {t}: {pprint.pformat(step, width=120)}" for t, step in enumerate(program.steps)]
+    return "\n".join(lines)
 
 
-def describe(stage: str, state: Lowered) -> str:
-    """A readable dump of what `stage` produced."""
-    if stage == "lower":
-        lines = [f"symbols: {state.program.symbols}"]
-        lines += [f"  {b.name}: {b.kind} {b.dtype}{list(b.shape)} {b.source or ''}" for b in state.program.buffers.values()]
-        lines += [f"step {t}: {pprint.pformat(step, width=120)}" for t, step in enumerate(state.program.steps)]
-        return "\n".join(lines)
-    if stage == "plan_memory":
-        return pprint.pformat(state.plan, width=120)
-    if stage == "render_cpp":
-        return state.library.source if state.library else "(no CPU target)"
-    if stage == "compile_cpp":
-        return f"kernels.so: {len(state.library_bytes)} bytes" if state.library_bytes else "(no CPU target)"
-    if stage == "render_triton":
-        return state.triton.source if state.triton else "(no CUDA target)"
-    if stage == "compile_triton":
-        if not state.cubins:
-            return "(no CUDA target)"
-        return "\n".join(f"sm_{arch}: {len(c.kernels)} cubins, {sum(len(k.cubin) for k in c.kernels.values())} bytes, "
-                         f"PTX {c.ptx_version}" for arch, c in state.cubins.items())
-    import json
-
-    return json.dumps(state.program_json, indent=1)
-
-
-def program_to_json(program: Program, plan: MemoryPlan, library: RenderedLibrary | None,
-                    triton: TritonLibrary | None = None) -> dict[str, Any]:
+def plan_document(state: Compilation) -> ProgramDoc:
+    """The program, its memory plan and every backend's steps as program.json's plain data."""
+    program, plan = state.program, state.plan
     ids = {name: i for i, name in enumerate(program.buffers)}
     buffers = []
     for name, buf in program.buffers.items():
-        entry: dict[str, Any] = {"id": ids[name], "kind": buf.kind, "dtype": buf.dtype,
-                                 "shape": [to_json(s) for s in buf.shape]}
         if buf.kind == "input":
-            entry["input"] = program.inputs.index(name)
+            place = {"input": program.inputs.index(name)}
         elif buf.kind == "weight":
-            entry["weight"] = buf.source
+            place = {"weight": buf.source}
         elif buf.kind == "arena":
             if name not in plan.offsets:
                 continue  # never written: nothing to place
-            entry["offset"] = plan.offsets[name]
-            entry["max_bytes"] = plan.max_bytes[name]
+            place = {"offset": plan.offsets[name], "max_bytes": plan.max_bytes[name]}
         else:
-            entry["output"] = program.outputs.index(name)
-            entry["max_bytes"] = plan.max_bytes[name]
-        buffers.append(entry)
-    # The CPU's steps, or on a CUDA-only package the CUDA kernels' (which an older runtime then refuses
-    # cleanly: it finds no CPU target).
-    steps = library if library is not None else triton
-    out = {
-        "symbols": [{"name": s.name, "min": s.min, "max": s.max} for s in program.symbols],
-        "inputs": [{"name": program.buffers[b].source, "buffer": ids[b]} for b in program.inputs],
-        "outputs": [{"name": program.buffers[b].source, "buffer": ids[b]} for b in program.outputs],
-        "buffers": buffers,
-        "arena_bytes": plan.arena_bytes,
-        "steps": [{"kernel": k, "args": [ids[a] for a in args]} for k, args in zip(steps.step_kernels, steps.step_args)],
-    }
-    if triton is not None:
-        out["cuda"] = {
-            "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors)} for k in triton.kernels],
-            "steps": [{"kernel": k, "args": [ids[a] for a in args], "grid": [to_json(g) for g in grid]}
-                      for k, args, grid in zip(triton.step_kernels, triton.step_args, triton.step_grids)],
-        }
-    return out
+            place = {"output": program.outputs.index(name), "max_bytes": plan.max_bytes[name]}
+        buffers.append(BufferEntry(ids[name], buf.kind, buf.dtype, tuple(to_json(s) for s in buf.shape), place))
+    first = state.backends[0]
+    sections = {}
+    for backend in state.backends:
+        section = backend.plan_section(state.artifacts[backend.kind].library, ids)
+        if section is not None:
+            sections[backend.kind] = section
+    return ProgramDoc(
+        symbols=tuple(SymbolEntry(s.name, s.min, s.max) for s in program.symbols),
+        inputs=tuple(Binding(program.buffers[b].source, ids[b]) for b in program.inputs),
+        outputs=tuple(Binding(program.buffers[b].source, ids[b]) for b in program.outputs),
+        buffers=tuple(buffers),
+        arena_bytes=plan.arena_bytes,
+        # The first target's steps (the CPU's when it has one): see packages/program.py.
+        steps=first.plan_steps(state.artifacts[first.kind].library, ids),
+        sections=sections,
+    )

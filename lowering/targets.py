@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import AotpackError
 
@@ -13,11 +14,13 @@ class TargetError(AotpackError):
 
 @dataclass(frozen=True)
 class CpuTarget:
+    kind: ClassVar[str] = "cpu"  # the key of its compiler backend (lowering/backends/)
     isa: str  # an x86-64 micro-architecture level, e.g. "x86-64-v3"
 
 
 @dataclass(frozen=True)
 class CudaTarget:
+    kind: ClassVar[str] = "cuda"
     archs: tuple[int, ...]  # compute capabilities as 10 * major + minor, e.g. (80, 90)
 
 
@@ -27,8 +30,9 @@ class Targets:
     cuda: CudaTarget | None
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        return tuple(k for k, t in (("cpu", self.cpu), ("cuda", self.cuda)) if t is not None)
+    def all(self) -> tuple[CpuTarget | CudaTarget, ...]:
+        """The package's targets, CPU first: the order of their steps, sections and members in the package."""
+        return tuple(t for t in (self.cpu, self.cuda) if t is not None)
 
 
 def local_cuda_arch() -> int | None:

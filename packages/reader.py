@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import AotpackError
 from . import layout
+from .program import ProgramDoc, read_program
 from .writer import sha256
 
 
@@ -25,8 +26,8 @@ class Package:
     members: dict[str, bytes]
 
     @property
-    def program(self) -> dict[str, Any]:
-        return json.loads(self.members[layout.PROGRAM])
+    def program(self) -> ProgramDoc:
+        return read_program(json.loads(self.members[layout.PROGRAM]))
 
 
 def read_package(path: str | Path) -> Package:

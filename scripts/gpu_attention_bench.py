@@ -50,10 +50,10 @@ def main() -> int:
     import triton_interp
     from aotpack.exporter import ModelSpec, capture, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.codegen_triton import render_triton_library
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.graph import GraphLowering
-    from aotpack.lowering.symbolic import evaluate
+    from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.frontend.decompositions import decompositions
+    from aotpack.lowering.frontend.graph import GraphLowering
+    from aotpack.lowering.ir.symbolic import evaluate
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
 
@@ -88,7 +88,7 @@ def main() -> int:
             if kernel.errors:
                 call.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
             fn = getattr(triton_interp.load_module(library.source, False), kernel.name)
-            rows = evaluate(library.step_grids[step][1], state["values"])
+            rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
             configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages), *CONFIGS]

@@ -25,9 +25,9 @@ def main() -> int:
     from aotpack.api import export_spec
     from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.codegen_triton import render_triton_library
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.graph import GraphLowering
+    from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.frontend.decompositions import decompositions
+    from aotpack.lowering.frontend.graph import GraphLowering
     from aotpack.verification import to_numpy
     from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 

@@ -54,7 +54,7 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
         d = o - r
         diff_sq += float(d @ d)  # nan or inf where the output is not finite: the error is then infinite
         ref_sq += float(r @ r)
-    if diff_sq != diff_sq:
+    if np.isnan(diff_sq):
         return float("inf")
     return float(np.sqrt(diff_sq / ref_sq)) if ref_sq > 0 else float(np.sqrt(diff_sq))
 

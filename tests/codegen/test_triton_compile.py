@@ -17,8 +17,8 @@ from test_golden import CASES
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
 
-from aotpack.lowering.codegen_triton import render_triton_library
-from aotpack.lowering.compile_triton import compile_triton_library
+from aotpack.lowering.backends.cuda.compile import compile_triton_library
+from aotpack.lowering.backends.cuda.render import render_triton_library
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -67,8 +67,8 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from triton_interp import run_program
 from aotpack.build import capture_model_file
-from aotpack.lowering.graph import GraphLowering
-from aotpack.lowering.codegen_triton import render_triton_library
+from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.verification import relative_error
 captured = capture_model_file(sys.argv[2])
 program = GraphLowering(captured).run()
@@ -98,9 +98,9 @@ sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from triton_interp import run_program
 from test_attention import CASES, HERE, SelfAttention, _pad
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.codegen_triton import render_triton_library
-from aotpack.lowering.decompositions import decompositions
-from aotpack.lowering.graph import GraphLowering
+from aotpack.lowering.backends.cuda.render import render_triton_library
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.verification import relative_error
 report = {}
 for name in sys.argv[3].split(","):

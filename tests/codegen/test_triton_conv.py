@@ -27,7 +27,7 @@ import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from triton_interp import run_program
 from test_implicit_gemm import assert_implicit, convs_inputs, convs_spec, lower, unsplittable_operands
-from aotpack.lowering.codegen_triton import render_triton_library
+from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.verification import relative_error
 dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 report = {}
@@ -70,8 +70,8 @@ def test_convolution_implicit_gemm_matches_eager_in_the_triton_interpreter(cases
 def test_convolution_implicit_gemm_compiles_to_cubins(dtype, tmp_path, monkeypatch):
     """The interpreter is lax about types, the compiler is not: split and unsplit gathered operands."""
     import torch
-    from aotpack.lowering.codegen_triton import render_triton_library
-    from aotpack.lowering.compile_triton import compile_triton_library
+    from aotpack.lowering.backends.cuda.compile import compile_triton_library
+    from aotpack.lowering.backends.cuda.render import render_triton_library
 
     sys.path.insert(0, str(HERE.parent / "e2e"))
     from test_implicit_gemm import convs_spec, lower, unsplittable_operands

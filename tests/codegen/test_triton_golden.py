@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from aotpack.lowering.codegen_triton import TritonRenderer, render_triton_library
-from aotpack.lowering.symbolic import to_json
+from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
+from aotpack.lowering.codegen.printer import to_json
 from test_golden import CASES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "triton"

@@ -21,10 +21,10 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from triton_interp import run_program
 from aotpack.exporter import ModelSpec, capture
-from aotpack.lowering import stages  # noqa: F401  (registers the lowerings)
-from aotpack.lowering.codegen_triton import render_triton_library
-from aotpack.lowering.decompositions import decompositions
-from aotpack.lowering.graph import GraphLowering
+from aotpack.lowering.frontend import ops  # noqa: F401  (registers the lowerings)
+from aotpack.lowering.backends.cuda.render import render_triton_library
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.frontend.graph import GraphLowering
 
 class Model(torch.nn.Module):
     def forward(self, x, i, k):

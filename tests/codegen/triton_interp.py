@@ -16,9 +16,9 @@ from pathlib import Path
 
 import sympy
 import torch
-from aotpack.lowering.codegen_triton import TritonLibrary
-from aotpack.lowering.ir import Program
-from aotpack.lowering.symbolic import evaluate
+from aotpack.lowering.codegen.library import RenderedLibrary
+from aotpack.lowering.ir.kernels import Program
+from aotpack.lowering.ir.symbolic import evaluate
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,
@@ -85,7 +85,7 @@ def load_module(source: str, interpret: bool):
                 triton.knobs.runtime.interpret = old == "1"
 
 
-def run_program(program: Program, library: TritonLibrary, inputs: list[torch.Tensor], device: str = "cpu",
+def run_program(program: Program, library: RenderedLibrary, inputs: list[torch.Tensor], device: str = "cpu",
                 interpret: bool = True, state: dict | None = None) -> tuple[list[torch.Tensor], list[str]]:
     """Outputs of the program on `inputs` and the messages of any failed checks. `state`, where given, receives
     the buffers ("buffers", by name), the symbols' values ("values") and the kernel symbol arguments
@@ -112,7 +112,7 @@ def run_program(program: Program, library: TritonLibrary, inputs: list[torch.Ten
     sym_values = [values.get(s.expr, 0) for s in program.symbols]
     if state is not None:
         state.update(buffers=buffers, values=values, sym_values=sym_values)
-    for kname, args, grid in zip(library.step_kernels, library.step_args, library.step_grids):
+    for kname, args, grid in zip(library.step_kernels, library.step_args, library.step_launches):
         kernel = kernels[kname]
         grid = tuple(evaluate(g, values) for g in grid)
         if 0 in grid:

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-
 from aotpack.api import export_spec
 from aotpack.build import ExportResult
 from aotpack.exporter import load_model_file, parse_dynamic_specs

@@ -1,4 +1,4 @@
-"""The fused attention kernel (lowering/ops_attention.py) against eager sdpa, through the C++ runtime.
+"""The fused attention kernel (lowering/frontend/ops/attention.py) against eager sdpa, through the C++ runtime.
 
 Cases cross the kernel's block edges (96 query rows and 64 keys per block on CPU), sizes 1, masks of every
 broadcast shape, rows with every key masked (zeros, as eager gives), grouped-query heads, head dims that
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
 from torch import nn
 
@@ -126,7 +126,7 @@ class TwoLayersOneMask(nn.Module):
 def test_a_broadcast_mask_is_recomputed_not_stored(tmp_path, rt):
     """The shared [batch, 1, seq, seq] mask stays an expression of the [batch, seq] input (no seq x seq buffer),
     and the result still matches eager."""
-    from aotpack.lowering.graph import GraphLowering
+    from aotpack.lowering.frontend.graph import GraphLowering
 
     torch.manual_seed(0)
     model = TwoLayersOneMask().eval()

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from exported import check_against_eager, export, make_inputs, range_points
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -17,10 +17,10 @@ import sympy
 import torch
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols, with_dtype
-from aotpack.lowering.decompositions import decompositions
-from aotpack.lowering.graph import GraphLowering
-from aotpack.lowering.ir import GatheredOperand, MatmulKernel, Program, operand_vars, split_gather
-from aotpack.lowering.scalar import Load, Op
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.ir.kernels import GatheredOperand, MatmulKernel, Program, operand_vars, split_gather
+from aotpack.lowering.ir.scalar import Load, Op
 from aotpack.verification import as_reference, from_runtime, judge, to_numpy
 from torch import nn
 

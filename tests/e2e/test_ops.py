@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from aotpack.build import build_package
 from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
+from torch import nn
 
 HERE = Path(__file__).resolve()
 

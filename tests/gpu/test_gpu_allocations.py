@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aotpack.build import build_package
 from aotpack.exporter import capture, load_model_file, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.targets import CudaTarget, Targets
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from aotpack.lowering.graph import GraphLowering
+from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.verification import to_numpy
 from gpu_helpers import compare, export_cuda
 from test_implicit_gemm import convs_inputs, convs_spec, unsplittable_operands

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.numpy import load_file
-
 from aotpack.verification import relative_error
+from safetensors.numpy import load_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

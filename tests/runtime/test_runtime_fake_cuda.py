@@ -19,7 +19,7 @@ import pytest
 import torch
 from aotpack.build import build_package
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
+from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
 from torch import nn
 

@@ -1,0 +1,70 @@
+"""The CUDA backend: Triton kernels cross-compiled to one cubin per kernel and compute capability."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....packages import layout
+from ....packages.writer import canonical_json
+from ...codegen.library import RenderedLibrary
+from ...codegen.printer import to_json
+from ...ir.kernels import Program
+from ..interface import Artifacts, Backend
+from .render import render_triton_library
+
+
+class CudaBackend(Backend):
+    kind = "cuda"
+    language = "triton"
+
+    @property
+    def archs(self) -> tuple[int, ...]:
+        return self.target.archs
+
+    def render(self, program: Program) -> RenderedLibrary:
+        return render_triton_library(program)
+
+    def compile(self, library: RenderedLibrary) -> dict[int, Any]:
+        """arch -> compile.CompiledArch."""
+        from .compile import compile_triton_library  # imports Triton only when exporting for CUDA
+
+        return compile_triton_library(library, self.archs)
+
+    def describe_binaries(self, binaries: dict[int, Any]) -> str:
+        return "\n".join(f"sm_{arch}: {len(c.kernels)} cubins, {sum(len(k.cubin) for k in c.kernels.values())} bytes, "
+                         f"PTX {c.ptx_version}" for arch, c in binaries.items())
+
+    def plan_section(self, library: RenderedLibrary, ids: dict[str, int]) -> dict[str, Any]:
+        """The kernels' symbols and error messages, and each step's launch grid (docs/package-format.md)."""
+        return {
+            "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors)} for k in library.kernels],
+            "steps": [{"kernel": k, "args": [ids[a] for a in args], "grid": [to_json(g) for g in grid]}
+                      for k, args, grid in zip(library.step_kernels, library.step_args, library.step_launches)],
+        }
+
+    def package_members(self, artifacts: Artifacts) -> dict[str, bytes]:
+        """cuda/sm_<cc>/<kernel>.cubin and cuda/sm_<cc>/kernels.json per architecture, and the Triton source."""
+        members: dict[str, bytes] = {}
+        for arch, compiled in sorted(artifacts.binaries.items()):
+            entries = []
+            for kernel in artifacts.library.kernels:
+                c = compiled.kernels[kernel.name]
+                members[layout.cuda_cubin(arch, kernel.name)] = c.cubin
+                entries.append({"name": kernel.name, "cubin": layout.cuda_cubin(arch, kernel.name), "function": c.name,
+                                "num_warps": c.num_warps, "shared": c.shared,
+                                "global_scratch_size": c.global_scratch_size,
+                                "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version})
+            members[layout.cuda_kernels(arch)] = canonical_json({"arch": arch, "kernels": entries})
+        members[layout.CUDA_SOURCE] = artifacts.library.source.encode()
+        return members
+
+    def manifest_target(self, artifacts: Artifacts) -> dict[str, Any]:
+        compiled = [artifacts.binaries[a] for a in sorted(artifacts.binaries)]
+        ptx = max((c.ptx_version for c in compiled), key=lambda v: tuple(map(int, v.split("."))) if v else (0,))
+        return {"kind": "cuda", "archs": sorted(artifacts.binaries), "ptx_version": ptx,
+                "min_driver_version": max(c.min_cuda_driver for c in compiled), "source": layout.CUDA_SOURCE}
+
+    def producer_versions(self) -> dict[str, str]:
+        from .compile import triton_version
+
+        return {"triton": triton_version() or "unknown"}

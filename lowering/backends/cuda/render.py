@@ -1,0 +1,381 @@
+"""The data each kernel family's template in templates/triton/ gets, through the codegen core (codegen/).
+
+The same IR the C++ backend renders (lowering/ir/kernels.py): Python decides what to compute and hands the
+templates plain data (parameter lists, Triton expressions as strings, block sizes); the templates hold
+the Triton structure. Each kernel receives the base pointers of its buffers (reads, then the output),
+then the int64 values of the symbols it uses, then (when it checks indices read from data) a pointer to
+its error flag. Sizes, strides and offsets are computed inside the kernel from the symbols, as on CPU;
+the only per-step expressions the runtime evaluates are the launch grid's (docs/package-format.md).
+
+Half types are loaded, computed in float32 and rounded on store, as the C++ kernels do. A kernel's name
+is the hash of its source, so a model's repeated layers share one cubin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+from torch.utils._sympy import functions as tf
+
+from ....errors import UnsupportedError
+from ...codegen.body import Check
+from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
+from ...ir import scalar
+from ...ir.dtypes import DTYPES, is_float
+from ...ir.kernels import (
+    AttentionKernel,
+    GatheredOperand,
+    Kernel,
+    MatmulKernel,
+    Operand,
+    PanelView,
+    PointwiseKernel,
+    Program,
+    ReductionKernel,
+    ScatterKernel,
+    operand_vars,
+    split_gather,
+)
+from ...ir.scalar import Load
+from ...ir.symbolic import contiguous_strides, index_var, product
+from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+# --- kernels -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TritonKernel(RenderedKernel):
+    """One rendered kernel and what it takes to compile and launch it."""
+
+    signature: tuple[tuple[str, str], ...]  # (parameter, Triton type) in order; constexprs typed "constexpr"
+    constexprs: tuple[tuple[str, int], ...]  # block sizes
+    num_warps: int
+    num_stages: int
+    symbols: tuple[int, ...]  # indices of the program symbols passed after the buffers, in order
+    errors: tuple[str, ...]  # messages of the error-flag values 1, 2, ...; empty: no flag parameter
+
+
+def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
+    return tf.FloorDiv(sympy.sympify(a) + (b - 1), sympy.Integer(b))
+
+
+class TritonRenderer(KernelRenderer):
+    """Kernel IR -> Triton kernels: one method per kernel family, returning its template and data (with the
+    launch options and grid under "meta")."""
+
+    language = "triton"
+    language_name = "Triton"
+
+    def _params(self, kernel: Kernel, exprs: list[sympy.Expr], has_errors: bool,
+                constexprs: dict[str, int]) -> dict[str, Any]:
+        args = self.args(kernel)
+        signature = [("out" if i == len(args) - 1 else f"in{i}", POINTER_TYPE[self.program.buffers[b].dtype])
+                     for i, b in enumerate(args)]
+        symbols = self.used_symbols(exprs)
+        signature += [(f"s_{s.name}", "i64") for s, _ in symbols]
+        if has_errors:
+            signature.append(("err_flag", "*i32"))
+        signature += [(name, "constexpr") for name in constexprs]
+        return {"signature": signature, "symbols": [i for _, i in symbols],
+                "params": ", ".join(n if t != "constexpr" else f"{n}: tl.constexpr" for n, t in signature)}
+
+    def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
+        """Named after its source and launch options; the launch data of its step is the grid."""
+        meta = data["meta"]
+        key = body + repr(sorted(meta["constexprs"].items())) + f"w{meta['num_warps']}s{meta['num_stages']}"
+        name = "t_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+        rendered = TritonKernel(
+            name=name, family=kernel.family, source=body.replace("KERNEL_NAME", name),
+            signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
+            num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
+            errors=tuple(meta["errors"]))
+        return rendered, meta["grid"]
+
+    def prelude(self, kernels: list[RenderedKernel]) -> str:
+        return self.env.get_template("prelude.py.jinja").render()
+
+    @staticmethod
+    def _decompose(prefix: str, flat: str, shape: tuple[sympy.Expr, ...], index) -> list[dict[str, str]]:
+        """Loop indices of `shape` from a flat row-major index: i_d = (flat // stride_d) % size_d."""
+        out = []
+        strides = contiguous_strides(shape)
+        for d, (size, stride) in enumerate(zip(shape, strides)):
+            if sympy.sympify(size) == 1:
+                expr = "0"
+            elif d == 0:
+                expr = flat if stride == 1 else f"{flat} // {index(stride)}"
+            elif stride == 1:
+                expr = f"{flat} % {index(size)}"
+            else:
+                expr = f"({flat} // {index(stride)}) % {index(size)}"
+            out.append({"var": f"{prefix}{d}", "expr": expr})
+        return out
+
+    def _store(self, value: str, dtype: str) -> str:
+        if dtype == "bool":
+            return f"(({value}) != 0).to(tl.int8)"
+        return f"({value}).to({TL_TYPE[dtype]})"
+
+    def pointwise(self, k: PointwiseKernel) -> tuple[str, dict[str, Any]]:
+        return "pointwise.py.jinja", self._pointwise(k)
+
+    def _pointwise(self, k: PointwiseKernel) -> dict[str, Any]:
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names, "xmask")
+        value = writer.value(k.value)
+        out_dtype = self.program.buffers[k.output].dtype
+        numel = product(k.shape)
+        xblock = min(1024, max(16, next_pow2(self.max(numel))))
+        constexprs = {"XBLOCK": xblock}
+        params = self._params(k, [*k.shape, *scalar.index_exprs(k.value)], bool(writer.checks), constexprs)
+        return {
+            **params, "numel": writer.index(numel), "indices": self._decompose("i", "x", k.shape, writer.index),
+            "body": writer.lines, "checks": _checks(writer.checks), "store_value": self._store(value, out_dtype),
+            "meta": {"constexprs": constexprs, "num_warps": 4 if xblock >= 512 else (2 if xblock >= 128 else 1),
+                     "num_stages": 1, "errors": [c.what for c in writer.checks],
+                     "grid": (_cdiv(numel, xblock), sympy.Integer(1), sympy.Integer(1))},
+        }
+
+    def reduction(self, k: ReductionKernel) -> tuple[str, dict[str, Any]]:
+        return "reduction.py.jinja", self._reduction(k)
+
+    def _reduction(self, k: ReductionKernel) -> dict[str, Any]:
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names, "rmask_all", zero="rzero")
+        value = writer.value(k.value)
+        xnumel, rnumel = product(k.shape), product(k.reduced)
+        rblock = min(2048, max(16, next_pow2(self.max(rnumel))))
+        xblock = max(1, min(next_pow2(self.max(xnumel)), 4096 // rblock, 64))
+        constexprs = {"XBLOCK": xblock, "RBLOCK": rblock}
+        params = self._params(k, [*k.shape, *k.reduced, *scalar.index_exprs(k.value)], bool(writer.checks), constexprs)
+        acc = _reduction_parts(k.op, k.acc_dtype)
+        result = acc.pop("result")
+        return {
+            **params, "xnumel": writer.index(xnumel), "rnumel": writer.index(rnumel),
+            "indices": self._decompose("i", "x", k.shape, writer.index),
+            "rindices": self._decompose("r", "r", k.reduced, writer.index), "body": writer.lines,
+            "checks": _checks(writer.checks), "value": f"({value}).to({acc['acc_type']})",
+            "op": k.op, **acc, "store_value": self._store(result, k.out_dtype),
+            "meta": {"constexprs": constexprs, "num_warps": 8 if xblock * rblock >= 2048 else 4, "num_stages": 1,
+                     "errors": [c.what for c in writer.checks],
+                     "grid": (_cdiv(xnumel, xblock), sympy.Integer(1), sympy.Integer(1))},
+        }
+
+    def scatter(self, k: ScatterKernel) -> tuple[str, dict[str, Any]]:
+        return "scatter.py.jinja", self._scatter(k)
+
+    def _scatter(self, k: ScatterKernel) -> dict[str, Any]:
+        """Folding updates run in one program, one at a time and in order (deterministic, whatever repeats);
+        assignments run in parallel, UBLOCK per program."""
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names, "umask", zero="uzero")
+        value = writer.value(k.value)
+        target = writer.offset(k.target)
+        dtype = self.program.buffers[k.output].dtype
+        numel = product(k.shape)
+        serial = k.op != "assign"
+        ublock = 1 if serial else min(1024, max(16, next_pow2(self.max(numel))))
+        constexprs = {"UBLOCK": ublock}
+        exprs = [*k.shape, *scalar.index_exprs(k.value), *scalar.index_exprs(k.target)]
+        params = self._params(k, exprs, bool(writer.checks), constexprs)
+        old = "(old != 0)" if dtype == "bool" else "old"
+        if dtype == "bool":  # bool sums and maxima are "or", products and minima "and"
+            fold = {"sum": "{a} | {b}", "prod": "{a} & {b}", "max": "{a} | {b}", "min": "{a} & {b}"}
+        elif is_float(dtype):
+            fold = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "_maximum_nan({a}, {b})",
+                    "min": "_minimum_nan({a}, {b})"}
+        else:
+            fold = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
+        if k.op != "assign" and k.op not in fold:
+            raise UnsupportedError(f"scatter {k.op} has no Triton form")
+        combined = "v" if k.op == "assign" else fold[k.op].format(a=f"{old}.to({COMPUTE_TL[dtype]})", b="v")
+        return {
+            **params, "numel": writer.index(numel), "indices": self._decompose("u", "u", k.shape, writer.index),
+            "body": writer.lines, "checks": _checks(writer.checks), "value": value, "target": target,
+            "serial": serial, "op": k.op, "store_value": self._store(combined, dtype),
+            "meta": {"constexprs": constexprs, "num_warps": 1 if serial else 4, "num_stages": 1,
+                     "errors": [c.what for c in writer.checks],
+                     "grid": (sympy.Integer(1) if serial else _cdiv(numel, ublock), sympy.Integer(1), sympy.Integer(1))},
+        }
+
+    def _gathered(self, operand: GatheredOperand, side: str, rows: str, cols: str, arg_names: dict[str, str],
+                  sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
+        """How the k loop computes a gathered operand's tile (implicit GEMM); `rows` and `cols` name the
+        tile's row and column indices as broadcastable int64 blocks. One load at an offset that splits into a
+        part without k and a part with it (convolution's columns) loads at the first part, computed once
+        before the loop, plus the second; any other expression is evaluated whole for each tile."""
+        g0, g1, g2 = operand_vars()
+        names = {**sym_names, g0: "bi", g1: rows, g2: cols}
+        k_var, fixed_shape, k_shape = (g2, "[BM, 1]", "[1, BK]") if side == "a" else \
+            (g1, "[1, BN]", "[BK, 1]")
+        split = split_gather(operand, k_var)
+        if split is not None:
+            load, fixed, with_k = split
+            return {"gather": True, "split": True, "name": arg_names[load.buffer],
+                    "fixed": f"{to_triton(fixed, names)} + tl.zeros({fixed_shape}, tl.int64)",
+                    "with_k": f"{to_triton(with_k, names)} + tl.zeros({k_shape}, tl.int64)", "checks": []}, []
+        writer = body_writer(arg_names, names, f"{side}_mask", prefix=f"{side}g", zero=f"{side}_zero")
+        value = writer.value(operand.value)
+        return {"gather": True, "split": False, "lines": writer.lines, "value": value}, writer.checks
+
+    def matmul(self, k: MatmulKernel) -> tuple[str, dict[str, Any]]:
+        return "matmul.py.jinja", self._matmul(k)
+
+    def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
+        arg_names, sym_names = self.names(k)
+        writer = body_writer(arg_names, sym_names, "")
+
+        def dtype_of(operand: Operand) -> str:
+            if isinstance(operand, GatheredOperand):
+                return operand.dtype
+            return self.program.buffers[operand.buffer].dtype
+
+        dtypes = {dtype_of(k.a), dtype_of(k.b), k.dtype}
+        if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
+            raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
+                                   "(floating point only)")
+        m_max, n_max, k_max = self.max(k.m), self.max(k.n), self.max(k.k)
+        wide = k.dtype in ("float32", "float64")
+        bm = min(128 if not wide else 64, max(16, next_pow2(m_max)))
+        bn = min(128 if not wide else 64, max(16, next_pow2(n_max)))
+        bk = min(32 if wide else 64, max(16, next_pow2(k_max)))
+        constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}
+        exprs = [k.batch, k.m, k.n, k.k]
+        operands: dict[str, Any] = {}
+        checks: list[Check] = []
+        sides = (("a", k.a, "rm[:, None]", "gk[None, :]"), ("b", k.b, "gk[:, None]", "rn[None, :]"))
+        for side, operand, rows, cols in sides:
+            if isinstance(operand, GatheredOperand):
+                exprs += scalar.index_exprs(operand.value)
+                operands[side], side_checks = self._gathered(operand, side, rows, cols, arg_names, sym_names)
+                operands[side]["checks"] = _checks(side_checks, first=len(checks) + 1)
+                checks += side_checks
+            elif isinstance(operand, PanelView):
+                # panels advance `width` elements per step of k; the template computes each panel's offset
+                operands[side] = {"gather": False, "offset": "0", "strides": ["0", str(operand.width), "0"]}
+                operands[f"{side}_name"] = arg_names[operand.buffer]
+            else:
+                exprs += [operand.offset, *operand.strides]
+                operands[side] = {"gather": False, **self.view(operand, writer)}
+                operands[f"{side}_name"] = arg_names[operand.buffer]
+        params = self._params(k, exprs, bool(checks), constexprs)
+        compute = "tl.float64" if k.dtype == "float64" else ("tl.float32" if k.dtype == "float32" else None)
+        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
+        return {
+            **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
+            "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
+            # b laid out in panels by a layout pass (ir.kernels.PanelView): element (k, n) at
+            # (n // 16) * 16K + 16k + n % 16, the template's panel arithmetic.
+            "b_packed": isinstance(k.b, PanelView),
+            "b_panel_k": k.b.k if isinstance(k.b, PanelView) else None,
+            "operand_type": compute or TL_TYPE[k.dtype],
+            "precision": "ieee" if compute else "tf32",
+            "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
+            "store_value": self._store("acc", k.dtype),
+            "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
+                     "num_stages": 3, "errors": [c.what for c in checks], "grid": grid},
+        }
+
+    def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
+        return "attention.py.jinja", self._attention(k)
+
+    def _attention(self, k: AttentionKernel) -> dict[str, Any]:
+        arg_names, sym_names = self.names(k)
+        # The mask's index variables: b and h are the program's scalars, i and j its row and key blocks.
+        loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
+        row, key = index_var("i", 2), index_var("i", 3)
+
+        def guard(load: Load) -> tuple[str, str]:
+            # A load that varies along keys only (a [batch, seq] padding mask) reads BN elements per block,
+            # not BM x BN: its pointer block takes the shape of the indices it uses.
+            used = load.index.free_symbols
+            if load.indirect or (row in used and key in used):
+                return "smask", "szero"
+            return ("rmask", "rzero") if row in used else ("kmask", "kzero")
+
+        writer = body_writer(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero",
+                                  guard=guard)
+        score = "s"
+        if k.mask is not None:
+            mask = writer.value(k.mask)
+            score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
+        head_dim, value_dim = int(k.head_dim), int(k.value_dim)
+        wide = k.dtype == "float32"
+        bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
+        q_max = self.max(k.q_len)
+        # Half operands: 64 x 64 blocks, 4 warps, 3 stages was the fastest of the configurations that
+        # scripts/gpu_attention_bench.py tries on an H200, at head dims 64 and 128, causal or masked: at seq
+        # 2048, 1.3-1.4x faster than 128-row blocks with 8 warps for causal attention, level with them for a
+        # padding mask. float32 operands take twice the shared memory and registers: at head dims above 64,
+        # 32 keys per block.
+        bm = min(64, max(16, next_pow2(q_max)))
+        bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self.max(k.kv_len))))
+        constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
+        exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
+        views = {"q": k.q, "k": k.k, "v": k.v}
+        for view in views.values():
+            exprs += [view.offset, *view.strides]
+        params = self._params(k, exprs, bool(writer.checks), constexprs)
+        data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
+                "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
+                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "mask": k.mask is not None,
+                "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
+                "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
+                "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 2 if wide else 3,
+                         "errors": [c.what for c in writer.checks],
+                         "grid": (_cdiv(k.q_len, bm), k.batch * k.heads, sympy.Integer(1))}}
+        for name, view in views.items():
+            data[name] = self.view(view, writer)
+            data[f"{name}_name"] = arg_names[view.buffer]
+        return data
+
+
+def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
+    return [{"condition": c.condition, "code": first + i} for i, c in enumerate(checks)]
+
+
+def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
+    """The accumulator's type and initial value, the masked update of `acc` by `v`, and the final fold."""
+    acc_type = COMPUTE_TL[acc_dtype]
+    floating = is_float(acc_dtype)
+    lowest = "_NINF" if floating else f"{DTYPES[acc_dtype].int_range[0]}"
+    highest = "_INF" if floating else f"{DTYPES[acc_dtype].int_range[1]}"
+    nan = " | (v != v)" if floating else ""
+    if op == "sum":
+        return {"acc_type": acc_type, "init": "0", "update": "acc = acc + tl.where(rmask_all, v, 0)",
+                "result": "tl.sum(acc, 1)"}
+    if op == "prod":
+        return {"acc_type": acc_type, "init": "1", "update": "acc = acc * tl.where(rmask_all, v, 1)",
+                "result": "tl.reduce(acc, 1, _prod_combine)"}
+    if op in ("max", "min"):
+        cmp = ">" if op == "max" else "<"
+        return {"acc_type": acc_type, "init": lowest if op == "max" else highest,
+                "update": f"acc = tl.where(rmask_all & ((v {cmp} acc){nan}), v, acc)",
+                "result": f"tl.reduce(acc, 1, _{op}_nan)" if floating else f"tl.{op}(acc, 1)"}
+    if op in ("argmax", "argmin"):
+        cmp = ">" if op == "argmax" else "<"
+        first_nan = " | ((v != v) & (acc == acc))" if floating else ""
+        return {"acc_type": acc_type, "init": lowest if op == "argmax" else highest,
+                "update": f"upd = rmask_all & ((v {cmp} acc){first_nan})\n"
+                          "best = tl.where(upd, ridx + tl.zeros_like(best), best)\n"
+                          "acc = tl.where(upd, v, acc)",
+                "result": f"tl.reduce((acc, best), 1, _{op}_combine)[1]"}
+    if op in ("any", "all"):
+        return {"acc_type": "tl.int32", "init": "0" if op == "any" else "1",
+                "update": f"acc = tl.{'maximum' if op == 'any' else 'minimum'}(acc, tl.where(rmask_all, v, "
+                          f"{0 if op == 'any' else 1}))",
+                "result": f"tl.{'max' if op == 'any' else 'min'}(acc, 1) != 0"}
+    raise UnsupportedError(f"reduction {op} has no Triton form")
+
+
+def render_triton_library(program: Program) -> RenderedLibrary:
+    """Every step of a program as Triton: the prelude, then each distinct kernel once."""
+    return render_library(TritonRenderer(program))

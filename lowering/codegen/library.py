@@ -1,0 +1,106 @@
+"""The render chain every backend shares: a program's steps -> kernels from templates -> one library.
+
+A backend's renderer subclasses `KernelRenderer` with one method per kernel family (named after
+`Kernel.family`: pointwise, reduction, scatter, matmul, attention) that returns the template to render
+and the plain data it gets, and `finish`, which names the rendered kernel (a hash of its source, so a
+model's repeated layers share one kernel) and records what the backend needs to compile and launch it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from ...errors import UnsupportedError
+from ..ir.kernels import Kernel, Program, StridedView
+from ..ir.symbolic import upper_bound
+from .body import BodyWriter
+from .templates import template_env
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    name: str
+    family: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RenderedLibrary:
+    """Every step of a program in one language: the prelude, then each distinct kernel once."""
+
+    source: str  # the whole library: prelude and kernels
+    prelude: str  # the helpers every kernel may call
+    kernels: tuple[RenderedKernel, ...]
+    step_kernels: tuple[str, ...]  # kernel name of each program step
+    step_args: tuple[tuple[str, ...], ...]  # buffer names passed to each step: its reads, then its output
+    step_launches: tuple[Any, ...]  # what the runtime needs to launch each step (CUDA: the grid), or None
+
+
+class KernelRenderer:
+    language = ""  # the templates/ folder: "cpp", "triton"
+    language_name = ""  # for messages: "C++", "Triton"
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.env = template_env(self.language)
+        self.symbol_index = {s.expr: i for i, s in enumerate(program.symbols)}
+        self.ranges = {s.expr: (s.min, s.max) for s in program.symbols}
+
+    def args(self, kernel: Kernel) -> list[str]:
+        """The buffers a kernel takes, in order: what it reads, then its output."""
+        return [*kernel.reads(), kernel.output]
+
+    def names(self, kernel: Kernel) -> tuple[dict[str, str], dict[sympy.Symbol, str]]:
+        """Kernel-local names of its buffers (in0, in1, ..., out) and of the program's symbols (s_<name>)."""
+        args = self.args(kernel)
+        arg_names = {b: ("out" if i == len(args) - 1 else f"in{i}") for i, b in enumerate(args)}
+        return arg_names, {s: f"s_{s.name}" for s in self.symbol_index}
+
+    def used_symbols(self, exprs: list[sympy.Expr]) -> list[tuple[sympy.Symbol, int]]:
+        """The program symbols (with their indices) that `exprs` use, in the program's order."""
+        used: set[sympy.Symbol] = set()
+        for e in exprs:
+            used |= sympy.sympify(e).free_symbols
+        return [(s, i) for s, i in self.symbol_index.items() if s in used]
+
+    def max(self, expr: sympy.Expr) -> int:
+        """The largest value of a size over the declared ranges (at least 1): what block sizes are chosen for."""
+        return max(upper_bound(expr, self.ranges), 1)
+
+    @staticmethod
+    def view(view: StridedView, writer: BodyWriter) -> dict[str, Any]:
+        return {"offset": writer.index(view.offset), "strides": [writer.index(s) for s in view.strides]}
+
+    def render(self, kernel: Kernel) -> tuple[RenderedKernel, Any]:
+        """One kernel rendered, and how to launch its step."""
+        family = getattr(self, kernel.family, None)
+        if family is None:
+            raise UnsupportedError(f"no {self.language_name} template for {type(kernel).__name__}")
+        template, data = family(kernel)
+        body = self.env.get_template(template).render(name="KERNEL_NAME", **data)
+        return self.finish(kernel, body, data)
+
+    def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[RenderedKernel, Any]:
+        """The rendered kernel named (its source's KERNEL_NAME replaced), and its step's launch data."""
+        raise NotImplementedError
+
+    def prelude(self, kernels: list[RenderedKernel]) -> str:
+        raise NotImplementedError
+
+
+def render_library(renderer: KernelRenderer) -> RenderedLibrary:
+    """Every step of the renderer's program: the prelude, then each distinct kernel once."""
+    kernels: dict[str, RenderedKernel] = {}
+    names, args, launches = [], [], []
+    for step in renderer.program.steps:
+        rendered, launch = renderer.render(step)
+        kernels.setdefault(rendered.name, rendered)
+        names.append(rendered.name)
+        args.append(tuple(renderer.args(step)))
+        launches.append(launch)
+    prelude = renderer.prelude(list(kernels.values()))
+    source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
+    return RenderedLibrary(source, prelude, tuple(kernels.values()), tuple(names), tuple(args), tuple(launches))

@@ -1,0 +1,15 @@
+"""The op lowerings, one module per family of ATen ops; importing this package registers them all."""
+
+from . import (  # noqa: F401  (registration)
+    attention,
+    distance,
+    index,
+    linalg,
+    norm,
+    pointwise,
+    pool,
+    reduce,
+    scatter,
+    sort,
+    views,
+)

@@ -1,0 +1,74 @@
+"""Scaled dot-product attention as one fused kernel (ir.AttentionKernel) instead of its math form.
+
+The math form stores the [batch, heads, q_len, kv_len] scores and probabilities between a matmul, a softmax
+and a matmul: at seq 2048 that is the largest buffer of a transformer's arena and most of its memory traffic.
+The fused kernel keeps a block of scores in registers or cache and folds it into the output with an online
+softmax, so memory grows with the sequence, not with its square.
+
+torch.export records `F.scaled_dot_product_attention` on CPU as `_scaled_dot_product_flash_attention_for_cpu`
+(a boolean mask already turned into an additive one); decompositions.py keeps that op whole for us.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ....errors import UnsupportedError
+from ...ir.kernels import AttentionKernel
+from ...ir.symbolic import index_var
+from .. import values as V
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
+
+aten = OptionalOps(torch.ops.aten)
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_attention_for_cpu(ctx: GraphLowering, node: torch.fx.Node, query: TensorValue, key: TensorValue,
+                             value: TensorValue, dropout_p: float = 0.0, is_causal: bool = False, *,
+                             attn_mask: TensorValue | None = None, scale: float | None = None) -> tuple:
+    out = attention(ctx, query, key, value, attn_mask, bool(is_causal), scale, dropout_p)
+    return out, None  # the log-sum-exp output serves only backward; reading it is reported unsupported
+
+
+def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: TensorValue,
+              mask: TensorValue | None, causal: bool, scale: float | None, dropout_p: float = 0.0) -> TensorValue:
+    """softmax(query @ key^T * scale + mask) @ value for [batch, heads, rows, dim] operands."""
+    if dropout_p:
+        raise UnsupportedError(f"attention with dropout_p={dropout_p}: an exported model runs in eval mode; "
+                               "call model.eval() (or pass dropout_p=0) before export")
+    if query.rank != 4 or key.rank != 4 or value.rank != 4:
+        raise UnsupportedError("attention takes [batch, heads, seq, dim] query, key and value")
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, kv_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
+    if not (head_dim.is_number and value_dim.is_number and heads.is_number and kv_heads.is_number):
+        raise UnsupportedError("attention needs fixed head counts and head dims (only batch and seq may vary)")
+    if int(heads) % int(kv_heads):
+        raise UnsupportedError(f"grouped-query attention needs the query heads ({heads}) to be a multiple of the "
+                               f"key/value heads ({kv_heads})")
+    if sympy.simplify(key.shape[0] - batch) != 0 or tuple(value.shape[:3]) != tuple(key.shape[:3]):
+        raise UnsupportedError("attention's query, key and value must agree in batch, and key and value in heads "
+                               "and length")
+    dtype = query.dtype
+    if not (key.dtype == value.dtype == dtype) or dtype not in ("float32", "float16", "bfloat16"):
+        raise UnsupportedError(f"attention of {query.dtype}/{key.dtype}/{value.dtype}: float32, float16 or "
+                               "bfloat16, all the same, are supported")
+    mask_node = None
+    if mask is not None:
+        full = (batch, heads, q_len, kv_len)
+        if mask.rank > 4:
+            raise UnsupportedError(f"an attention mask of rank {mask.rank} does not broadcast to {full}")
+        mask_node = V.broadcast_to(mask, full).loader(tuple(index_var("i", d) for d in range(4)))
+    out_shape = (batch, q_len, heads, value_dim)
+    out = ctx.new_buffer(dtype, out_shape)
+    ctx.add_step(AttentionKernel(
+        output=out, q=ctx.as_view(query), k=ctx.as_view(key), v=ctx.as_view(value), batch=batch, heads=heads,
+        kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=head_dim, value_dim=value_dim,
+        scale=float(scale) if scale is not None else 1.0 / math.sqrt(int(head_dim)), causal=causal,
+        mask=mask_node, dtype=dtype,
+    ))
+    return V.permute(V.from_buffer(out, dtype, out_shape), (0, 2, 1, 3))

@@ -1,0 +1,191 @@
+"""Matmul and convolution: template kernels reading strided views of buffers or gathered expressions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from ....errors import UnsupportedError
+from ...ir.kernels import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
+from ...ir.scalar import Const, IndexValue, Op, cast
+from .. import values as V
+from ..graph import GraphLowering
+from ..registry import OptionalOps, lowers
+from ..values import TensorValue
+
+aten = OptionalOps(torch.ops.aten)
+
+
+def _batched_view(ctx: GraphLowering, x: TensorValue) -> StridedView:
+    """A [batch, rows, cols] view of a 2-D or 3-D operand (batch stride 0 for 2-D)."""
+    view = ctx.as_view(x)
+    if x.rank == 2:
+        return StridedView(view.buffer, view.offset, (sympy.Integer(0),) + view.strides)
+    return view
+
+
+# Dtypes whose matmul kernels (templates/cpp/matmul.cpp.jinja, templates/triton/matmul.py.jinja) evaluate a
+# gathered operand while loading tiles; the integer and float64 CPU kernel (matmul_generic) reads memory only.
+GATHER_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def can_gather(operand_dtype: str, out_dtype: str) -> bool:
+    return operand_dtype in GATHER_DTYPES and out_dtype in GATHER_DTYPES
+
+
+def _operand(ctx: GraphLowering, x: TensorValue, gather: bool, out_dtype: str) -> Operand:
+    """x as a [batch, rows, cols] operand: a strided view of memory, or with `gather` a lazy x's own
+    expression, which the kernel evaluates tile by tile instead of reading a buffer written for it first."""
+    if x.view is not None or not gather or not can_gather(x.dtype, out_dtype):
+        return _batched_view(ctx, x)
+    g0, g1, g2 = operand_vars()
+    return GatheredOperand(cast(x.loader((g0, g1, g2) if x.rank == 3 else (g1, g2)), x.dtype))
+
+
+def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue) -> TensorValue:
+    return matmul_values(ctx, a, b, ctx.dtype_of(node))
+
+
+def matmul_values(ctx: GraphLowering, a: TensorValue, b: TensorValue, out_dtype: str, *,
+                  gather_a: bool = False, gather_b: bool = False) -> TensorValue:
+    """a @ b for 2-d or 3-d (batched) operands, into a new buffer.
+
+    A lazy operand is computed into memory first, unless `gather_a`/`gather_b` asks the kernel to evaluate its
+    expression as it loads each tile (GatheredOperand): worth it when the expression is cheap to repeat for
+    every tile that reads it (one affine load, as convolution's columns are) and large to store."""
+    if a.dtype != b.dtype:
+        raise UnsupportedError(f"matmul of {a.dtype} and {b.dtype}: both operands must have the same dtype")
+    batch = a.shape[0] if a.rank == 3 else (b.shape[0] if b.rank == 3 else sympy.Integer(1))
+    shape = ((batch,) if a.rank == 3 or b.rank == 3 else ()) + (a.shape[-2], b.shape[-1])
+    out = ctx.new_buffer(out_dtype, shape)
+    kernel = MatmulKernel(
+        output=out, a=_operand(ctx, a, gather_a, out_dtype), b=_operand(ctx, b, gather_b, out_dtype),
+        batch=batch, m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], dtype=out_dtype,
+    )
+    ctx.add_step(kernel)
+    return V.from_buffer(out, out_dtype, shape)
+
+
+@lowers(aten.mm.default, aten.bmm.default)
+def _mm(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue) -> TensorValue:
+    return matmul(ctx, node, a, b)
+
+
+@lowers(aten.addmm.default)
+def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: TensorValue, b: TensorValue,
+           *, beta: Any = 1, alpha: Any = 1) -> TensorValue:
+    from ...ir.scalar import Const, Op
+    from .pointwise import elementwise
+
+    product = matmul(ctx, node, a, b)
+
+    def fn(p: Any, c: Any) -> Any:
+        if alpha != 1:
+            p = Op("mul", (p, Const(float(alpha), p.dtype)), p.dtype)
+        if beta != 1:
+            c = Op("mul", (c, Const(float(beta), c.dtype)), c.dtype)
+        return Op("add", (p, c), p.dtype)
+
+    return elementwise(ctx, node, [product, bias], fn)
+
+
+def _pair(value: Any, rank: int) -> tuple[int, int]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    values = values * rank if len(values) == 1 else values
+    return (1, int(values[0])) if rank == 1 else (int(values[0]), int(values[1]))
+
+
+@lowers(aten.convolution.default)
+def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
+                 stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
+                 groups: int) -> TensorValue:
+    """Convolution as a matrix product: one column per output position, one row per input channel and
+    kernel tap, so it runs on the matmul kernel. The columns are a gather from the input, zero padded once
+    beforehand, that the matmul evaluates as it loads each tile (implicit GEMM: the kh*kw times larger
+    column matrix is never stored); the bias and the NCHW layout of the result stay lazy and fuse into its
+    reader."""
+    spatial = x.rank - 2
+    if transposed:
+        raise UnsupportedError("transposed convolution (ConvTranspose) is not supported yet")
+    if spatial not in (1, 2):
+        raise UnsupportedError(f"{spatial}-d convolution is not supported (1-d and 2-d are)")
+    if any(not s.is_number for s in weight.shape):
+        raise UnsupportedError("a convolution weight must have a fixed shape")
+    out_shape = ctx.shape_of(node)
+    out_dtype = x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node)
+    implicit = can_gather(x.dtype, out_dtype)
+    if spatial == 1:  # run 1-d as 2-d with a height of 1
+        x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
+    stride2, padding2, dilation2 = _pair(stride, spatial), _pair(padding, spatial), _pair(dilation, spatial)
+    if spatial == 1:
+        padding2 = (0, padding2[1])
+    c_out, c_group, kh, kw = (int(s) for s in weight.shape)
+    if x.view is None and (implicit or kh * kw > 1 or padding2 != (0, 0)):
+        # The columns read each input element kh*kw times: compute it once. Computed before padding, where
+        # its own loads stay free of the padding's clamps and vectorise. With implicit GEMM even a 1x1
+        # convolution's input is computed first, so that the columns are one affine load (below).
+        x = ctx.realize(x)
+    if padding2 != (0, 0):
+        # Padded in memory (one pass over the input, not kh*kw) rather than by a select in the matmul's tile
+        # loads: every tap then lies inside the padded input, so a column element is one load at an offset
+        # affine in the tap and in the output position, with no clamp or select. Triton's tile load stays a
+        # plain load, and the CPU kernel splits the offset into a per-row and a per-column part, reading
+        # the columns straight into its packed panels (templates/cpp/matmul.cpp.jinja).
+        x = ctx.realize(_zero_padded(x, padding2))
+    n = x.shape[0]
+    g = int(groups)
+    out_h = sympy.Integer(1) if spatial == 1 else out_shape[2]
+    out_w = out_shape[-1]
+    taps = c_group * kh * kw
+
+    # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order.
+    def column(idx: tuple) -> Any:
+        gi, t, ni, oh, ow = idx
+        c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
+        return x.loader((ni, gi * c_group + c, oh * stride2[0] + a * dilation2[0], ow * stride2[1] + b * dilation2[1]))
+
+    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column)
+    if not implicit:
+        # The integer and float64 CPU matmul reads memory only: im2col, the column buffer written by one
+        # elementwise kernel whose loops follow (n, oh, ow), so it needs no division per element.
+        cols = ctx.realize(cols)
+    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * out_h * out_w))
+    # The weight [g * c_out/g, c_group, kh, kw] is the left operand, [g, c_out/g, taps], so the product
+    # [g, c_out/g, (n, oh, ow)] is channel-major: readers of the NCHW result (pooling, batch norm) read
+    # contiguous rows, and the columns are the right operand's rows, copied into panels without transposing.
+    w_mat = V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps)))
+    product = matmul_values(ctx, w_mat, cols, out_dtype, gather_b=True)
+
+    def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), co % (c_out/g), (n, oh, ow)]
+        ni, co = idx[0], idx[1]
+        oh, ow = (idx[2], idx[3]) if spatial == 2 else (sympy.Integer(0), idx[2])
+        r = (ni * out_h + oh) * out_w + ow
+        value = product.loader((FloorDiv(co, c_out // g), ModularIndexing(co, 1, c_out // g), r))
+        if bias is not None:
+            value = Op("add", (value, cast(bias.loader((co,)), value.dtype)), value.dtype)
+        return cast(value, ctx.dtype_of(node))
+
+    return TensorValue(ctx.dtype_of(node), out_shape, load)
+
+
+def _zero_padded(x: TensorValue, padding: tuple[int, int]) -> TensorValue:
+    """x [n, c, h, w] with `padding` zeros on both sides of h and w."""
+    n, c, h, w = x.shape
+    ph, pw = padding
+
+    def load(idx: tuple) -> Any:
+        ni, ci, hi, wi = idx[0], idx[1], idx[2] - ph, idx[3] - pw
+        value = x.loader((ni, ci, sympy.Max(0, sympy.Min(hi, h - 1)), sympy.Max(0, sympy.Min(wi, w - 1))))
+        inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
+        return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
+
+    return TensorValue(x.dtype, (n, c, h + 2 * ph, w + 2 * pw), load)
+
+
+def _in_range(i: sympy.Expr, size: sympy.Expr) -> Any:
+    ge = Op("ge", (IndexValue(i, "int64"), Const(0, "int64")), "bool")
+    lt = Op("lt", (IndexValue(i, "int64"), IndexValue(size, "int64")), "bool")
+    return Op("logical_and", (ge, lt), "bool")

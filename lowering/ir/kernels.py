@@ -1,0 +1,251 @@
+"""The kernel-graph IR: buffers, kernels and the program that orders them. Frozen; stages make new ones.
+
+A kernel reads and writes whole buffers by name; a view of a buffer (permute, slice, expand, reshape of
+contiguous data) is not a buffer of its own but an index expression inside the kernel that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import sympy
+
+from . import scalar
+from .scalar import Load, Node
+from .symbolic import index_var
+
+BUFFER_KINDS = ("input", "weight", "arena", "output")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Dense row-major memory. `source` is the input's, weight's or output's name for those kinds."""
+
+    name: str
+    dtype: str
+    shape: tuple[sympy.Expr, ...]
+    kind: str
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class StridedView:
+    """Elements of `buffer` at offset + sum(index[d] * strides[d])."""
+
+    buffer: str
+    offset: sympy.Expr
+    strides: tuple[sympy.Expr, ...]
+
+
+@dataclass(frozen=True)
+class GatheredOperand:
+    """A matmul operand that is an expression, not memory: element [b, r, c] (batch, row, column) is `value`,
+    a scalar expression of the index variables g0, g1, g2 (`operand_vars`). The kernel evaluates it for each
+    tile it loads, so the operand is never stored: convolution's columns are gathered from the input this way
+    (implicit GEMM), and a transposed, padded or otherwise lazy operand could be too."""
+
+    value: Node
+
+    @property
+    def dtype(self) -> str:
+        return self.value.dtype
+
+    def buffers(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """A constant [K, N] matmul operand b laid out in panels of `width` columns, k-major: a
+    [ceil(N / width), K, width] tensor in `buffer`, zero-padded to whole panels, so element (k, n) sits at
+    (n // width) * width * K + width * k + n % width. A backend's layout pass makes it
+    (backends/cpu/prepack.py) where its kernels read b that way; every backend of the package reads it."""
+
+    buffer: str
+    width: int
+    k: int
+
+
+Operand = StridedView | GatheredOperand | PanelView
+
+
+def operand_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """The index variables (batch, row, column) of a GatheredOperand's expression."""
+    return index_var("g", 0), index_var("g", 1), index_var("g", 2)
+
+
+def split_gather(operand: GatheredOperand, k_var: sympy.Symbol) -> tuple[Load, sympy.Expr, sympy.Expr] | None:
+    """(the load, its offset's part without `k_var`, the part with it) when a gathered operand is one plain
+    load whose offset is such a sum, no term mixing k with the other index, as convolution's columns are. A
+    kernel then computes the first part once per tile and the second once per step of k, instead of the
+    whole offset (divisions included) for every element. None for any other expression."""
+    node = operand.value
+    if not isinstance(node, Load) or node.indirect:
+        return None
+    _, g1, g2 = operand_vars()
+    other = g2 if k_var == g1 else g1
+    terms = sympy.Add.make_args(sympy.expand(node.index))
+    with_k = [t for t in terms if k_var in t.free_symbols]
+    if any(other in t.free_symbols for t in with_k):
+        return None
+    return node, sympy.Add(*[t for t in terms if k_var not in t.free_symbols]), sympy.Add(*with_k)
+
+
+def operand_buffers(operand: Operand) -> tuple[str, ...]:
+    return operand.buffers() if isinstance(operand, GatheredOperand) else (operand.buffer,)
+
+
+@dataclass(frozen=True)
+class PointwiseKernel:
+    """output[i0, i1, ...] = value, for every index of `shape` (the output's shape)."""
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    value: Node
+
+    family = "pointwise"
+
+    def reads(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class ReductionKernel:
+    """output[i...] = fold `op` of value over r0, r1, ... in `reduced` (argmax/argmin: the flat r index)."""
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    reduced: tuple[sympy.Expr, ...]
+    value: Node
+    op: str
+    acc_dtype: str
+    out_dtype: str
+
+    family = "reduction"
+
+    def reads(self) -> tuple[str, ...]:
+        return _buffers_of(self.value)
+
+
+@dataclass(frozen=True)
+class ScatterKernel:
+    """Updates `output` in place, after an earlier step wrote it: for every index (u0, u1, ...) of `shape`, in
+    row-major order, output[target] = op(output[target], value); op "assign" just stores value.
+
+    `target` is a Load of the output whose offset and indices taken from data (checked like any indirect read)
+    are over u0, u1, ...; so is `value`, already of the output's dtype. Folding updates ("sum", "prod", "max",
+    "min"; max/min propagate NaN) run one after another, so repeated targets fold deterministically; which of
+    several "assign"s to one target wins is unspecified, as in eager.
+    """
+
+    output: str
+    shape: tuple[sympy.Expr, ...]
+    target: Load
+    value: Node
+    op: str
+
+    family = "scatter"
+
+    def reads(self) -> tuple[str, ...]:
+        nodes = (self.value, *(i.value for i in self.target.indirect))
+        return tuple(dict.fromkeys(b for node in nodes for b in _buffers_of(node)))
+
+
+@dataclass(frozen=True)
+class MatmulKernel:
+    """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views or gathered expressions
+    (GatheredOperand, of the operands' dtype), and b may be a constant laid out in panels (PanelView);
+    `out` is contiguous.
+    """
+
+    output: str
+    a: Operand
+    b: Operand
+    batch: sympy.Expr
+    m: sympy.Expr
+    n: sympy.Expr
+    k: sympy.Expr
+    dtype: str
+
+    family = "matmul"
+
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b))))
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """Scaled dot-product attention in one pass (flash-style: scores never leave the kernel).
+
+    out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) * v[b, h // group, j, :], where
+    s = scale * q[b, h, i, :] . k[b, h // group, j, :] (+ mask, or -inf where a boolean mask is false, or
+    where `causal` and j > i) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
+    [batch, heads, rows, dim] views. `mask` is a scalar expression of the index variables i0..i3 (b, h, i, j),
+    so a mask computed from inputs (padding, causal, ALiBi) is fused instead of stored. The output is
+    contiguous [batch, q_len, heads, value_dim]: the layout models reshape attention's result into.
+    A row whose scores are all -inf gets zeros, as torch's CPU flash kernel does.
+    """
+
+    output: str
+    q: StridedView
+    k: StridedView
+    v: StridedView
+    batch: sympy.Expr
+    heads: sympy.Expr
+    kv_heads: sympy.Expr
+    q_len: sympy.Expr
+    kv_len: sympy.Expr
+    head_dim: sympy.Expr
+    value_dim: sympy.Expr
+    scale: float
+    causal: bool
+    mask: Node | None
+    dtype: str
+
+    family = "attention"
+
+    def reads(self) -> tuple[str, ...]:
+        mask_reads = _buffers_of(self.mask) if self.mask is not None else ()
+        return tuple(dict.fromkeys((self.q.buffer, self.k.buffer, self.v.buffer, *mask_reads)))
+
+
+Kernel = Union[PointwiseKernel, ReductionKernel, ScatterKernel, MatmulKernel, AttentionKernel]
+
+
+def _buffers_of(node: Node) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(load.buffer for load in scalar.loads(node)))
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    min: int
+    max: int
+
+    @property
+    def expr(self) -> sympy.Symbol:
+        from .symbolic import size_symbol
+
+        return size_symbol(self.name)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the lowering produces: symbols, buffers, kernels in execution order, the signature's names."""
+
+    symbols: tuple[Symbol, ...]
+    buffers: dict[str, Buffer]
+    steps: tuple[Kernel, ...]
+    inputs: tuple[str, ...]  # buffer names, in signature order
+    outputs: tuple[str, ...]
+    weights: dict[str, object] = field(default_factory=dict)  # safetensors name -> torch.Tensor
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Byte offset in the session arena and largest size of every arena buffer; sizes of outputs."""
+
+    offsets: dict[str, int]
+    max_bytes: dict[str, int]
+    arena_bytes: int

@@ -1,0 +1,123 @@
+"""The scalar expression language of kernel bodies: what one output element is computed from.
+
+A pointwise kernel stores one such expression per element; a reduction folds one over the reduced
+indices. Nodes are frozen and hashable, so identical kernels compare equal and are generated once.
+Dtypes are torch dtype names ("float32", "int64", "bool", ...): plain data for the templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import sympy
+
+from .dtypes import is_int
+
+
+@dataclass(frozen=True)
+class Indirect:
+    """An index taken from data (embedding, gather): `var` in the Load's index stands for `value`.
+
+    The value is checked against 0..size-1 at run time (after adding `size` to negatives when `wrap`);
+    a bad index is reported through the kernel ABI and clamped, never read out of bounds.
+    """
+
+    var: sympy.Symbol
+    value: Node
+    size: sympy.Expr
+    wrap: bool
+    what: str  # the message reported for a bad index: the op and the user's line
+
+
+@dataclass(frozen=True)
+class Load:
+    buffer: str
+    index: sympy.Expr  # element offset from the buffer's base, over loop indices and symbols
+    dtype: str
+    indirect: tuple[Indirect, ...] = ()
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[bool, int, float]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as data (arange, masks built from positions)."""
+
+    expr: sympy.Expr
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Op:
+    """`name` applied to `args`; the lowering has already cast the args to the type the op computes in."""
+
+    name: str
+    args: tuple[Node, ...]
+    dtype: str
+
+
+Node = Union[Load, Const, IndexValue, Op]
+
+
+def cast(node: Node, dtype: str) -> Node:
+    if node.dtype == dtype:
+        return node
+    if isinstance(node, Const):
+        return Const(_convert(node.value, dtype), dtype)
+    if isinstance(node, IndexValue) and node.expr.is_Integer:
+        return Const(_convert(int(node.expr), dtype), dtype)
+    return Op("cast", (node,), dtype)
+
+
+def _convert(value: Union[bool, int, float], dtype: str) -> Union[bool, int, float]:
+    if dtype == "bool":
+        return bool(value)
+    if is_int(dtype):
+        return int(value)
+    return float(value)
+
+
+def size_of(node: Node) -> int:
+    """Number of nodes in the expression tree (how much work inlining it into a consumer repeats)."""
+    if isinstance(node, Op):
+        return 1 + sum(size_of(a) for a in node.args)
+    if isinstance(node, Load):
+        return 1 + sum(size_of(i.value) for i in node.indirect)
+    return 1
+
+
+def loads(node: Node) -> list[Load]:
+    """Every Load in the tree, outermost first."""
+    out: list[Load] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Load):
+            out.append(n)
+            stack.extend(i.value for i in n.indirect)
+        elif isinstance(n, Op):
+            stack.extend(n.args)
+    return out
+
+
+def index_exprs(node: Node) -> list[sympy.Expr]:
+    """Every size expression the tree uses: load offsets, indirect bounds, index values (a kernel's symbols)."""
+    out: list[sympy.Expr] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Load):
+            out.append(n.index)
+            for ind in n.indirect:
+                out.append(ind.size)
+                stack.append(ind.value)
+        elif isinstance(n, IndexValue):
+            out.append(n.expr)
+        elif isinstance(n, Op):
+            stack.extend(n.args)
+    return out
