@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .ir import scalar
+from .ir.dtypes import is_float
 from .ir.kernels import PointwiseKernel, Program
 
 
@@ -14,7 +15,7 @@ def perturbed(program: Program, factor: float) -> Program:
     steps = list(program.steps)
     for i in reversed(range(len(steps))):
         step = steps[i]
-        if isinstance(step, PointwiseKernel) and scalar.is_float(step.value.dtype):
+        if isinstance(step, PointwiseKernel) and is_float(step.value.dtype):
             wide = scalar.cast(step.value, "float32")
             scaled = scalar.Op("mul", (wide, scalar.Const(factor, "float32")), "float32")
             steps[i] = replace(step, value=scalar.cast(scaled, step.value.dtype))
