@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from .lowering.decompositions import decompositions
 from .lowering.stages import Lowered, run_stages
 from .lowering.symbolic import to_json
 from .lowering.targets import Targets
-from .packages import layout
+from .packages import identity, layout
 from .packages.writer import canonical_json, write_package
 
 
@@ -65,8 +65,16 @@ def build_package(
     progress: Callable[[str], None] = lambda message: None,
     verify: Callable[[Path, CapturedProgram], dict[str, Any]] | None = None,
     targets: Targets | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> BuildResult:
-    """Lowers a captured program and writes the package file to `output` (atomically)."""
+    """Lowers a captured program and writes the package file to `output` (atomically).
+
+    `name` and `version` must be registry-safe (packages/identity.py); `metadata` is the user's str -> str
+    metadata (license, source revision, ...), recorded as the manifest's `user_metadata`."""
+    # Identity is checked before any lowering, so a bad name fails in a second, not after a compile.
+    name = identity.check_name(name, "name") if name else identity.name_from(default_name(captured.model_file))
+    identity.check_version(version, "version")
+    user_metadata = identity.check_metadata(metadata)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     progress("lowering to kernels and compiling them")
@@ -88,7 +96,7 @@ def build_package(
         members.update(_cuda_members(lowered))
         target_entries.append(_cuda_target(lowered))
     manifest = {
-        "name": name or default_name(captured.model_file),
+        "name": name,
         "version": version,
         "producer": {
             "aotpack": __version__,
@@ -101,6 +109,7 @@ def build_package(
         "signature": _signature(captured, lowered),
         "metadata": {"kernels": len((lowered.library or lowered.triton).kernels), "steps": len(lowered.program.steps),
                      "arena_bytes": lowered.plan.arena_bytes},
+        "user_metadata": user_metadata,
     }
     output = Path(output)
     if verify is not None:
