@@ -36,13 +36,19 @@ class Package:
         return json.loads(self.members[layout.PROGRAM])
 
 
-def read_package(path: str | Path) -> Package:
+def read_members(path: str | Path) -> dict[str, bytes]:
+    """Every member's bytes by name, manifest.json included, trusting none of them (for signatures)."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
-            members = {info.filename: _stored_bytes(raw, info) for info in zf.infolist()}
+            return {info.filename: _stored_bytes(raw, info) for info in zf.infolist()}
     except (OSError, zipfile.BadZipFile, struct.error) as e:
         raise PackageError(f"{path}: not a readable aotpack package ({e})") from e
+
+
+def read_package(path: str | Path) -> Package:
+    path = Path(path)
+    members = read_members(path)
     if layout.MANIFEST not in members:
         raise PackageError(f"{path}: no {layout.MANIFEST}; is this an aotpack package?")
     manifest_bytes = members.pop(layout.MANIFEST)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import AotpackError
 from . import layout
-from .reader import Package, read_package, verify_digests
+from .reader import read_members, read_package, verify_digests
 from .writer import sha256
 
 
@@ -47,10 +47,12 @@ def _hashing_config(model_signing):
             .use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False))
 
 
-def _unpack(package: Package, into: Path) -> Path:
-    root = into / package.manifest.get("name", "package")
-    for name, data in [(layout.MANIFEST, package.manifest_bytes), *package.members.items()]:
-        target = root / name
+def _unpack(members: dict[str, bytes], into: Path, name: str) -> Path:
+    root = into / name  # the statement's subject name; verification does not compare it
+    for member, data in members.items():
+        if member.startswith("/") or ".." in Path(member).parts:
+            raise SignatureError(f"member {member!r} has a path that cannot be unpacked safely")
+        target = root / member
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     return root
@@ -73,7 +75,8 @@ def sign_package(path: str | Path, signature: str | Path, *, key: str | Path, pa
         else:
             config.use_elliptic_key_signer(private_key=key, password=password)
         with tempfile.TemporaryDirectory(prefix="aotpack-sign-") as tmp:
-            config.sign(_unpack(package, Path(tmp)), signature)
+            members = {layout.MANIFEST: package.manifest_bytes, **package.members}
+            config.sign(_unpack(members, Path(tmp), package.manifest["name"]), signature)
     except (ValueError, TypeError, OSError) as e:
         raise SignatureError(f"{path}: cannot sign with {key}: {e}") from e
     return package.digest
@@ -85,7 +88,8 @@ def verify_signature(path: str | Path, signature: str | Path, *, public_key: str
     `certificate_chain`) over exactly this package; returns the package digest. Raises SignatureError
     naming every member that differs from what was signed."""
     model_signing = _require_library()
-    package = read_package(path)
+    # The members' bytes, unparsed: a tampered manifest may not even be JSON, and is still to be named.
+    members = read_members(path)
     config = model_signing.verifying.Config().set_hashing_config(_hashing_config(model_signing))
     if public_key is not None:
         config.use_elliptic_key_verifier(public_key=public_key)
@@ -93,20 +97,23 @@ def verify_signature(path: str | Path, signature: str | Path, *, public_key: str
         config.use_certificate_verifier(certificate_chain=list(certificate_chain))
     with tempfile.TemporaryDirectory(prefix="aotpack-verify-") as tmp:
         try:
-            config.verify(_unpack(package, Path(tmp)), signature)
+            config.verify(_unpack(members, Path(tmp), Path(path).stem), signature)
+        except SignatureError:
+            raise
         except Exception as e:  # the library raises ValueError and its dependencies' own errors alike
-            changed = _changed_members(package, Path(signature))
+            changed = _changed_members(members, Path(signature))
             if changed:
                 raise SignatureError(f"{path}: does not match signature {signature}: " + "; ".join(changed)) from e
             raise SignatureError(f"{path}: signature {signature} does not verify "
                                  f"with {public_key or 'the certificate chain'}: {e}") from e
+    package = read_package(path)
     problems = verify_digests(package)
     if problems:
         raise SignatureError(f"{path}: the signed members match but the file does not: " + "; ".join(problems))
     return package.digest
 
 
-def _changed_members(package: Package, signature: Path) -> list[str]:
+def _changed_members(members: dict[str, bytes], signature: Path) -> list[str]:
     """What the signed statement lists and the package has differently, by member name.
 
     Only reached after the library refused the package; it verified the envelope's signature before
@@ -118,8 +125,7 @@ def _changed_members(package: Package, signature: Path) -> list[str]:
         signed = {r["name"]: r["digest"] for r in statement["predicate"]["resources"]}
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    actual = {layout.MANIFEST: sha256(package.manifest_bytes),
-              **{name: sha256(data) for name, data in package.members.items()}}
+    actual = {name: sha256(data) for name, data in members.items()}
     changed = [f"member {name} was changed after signing" for name in sorted(signed)
                if name in actual and actual[name] != signed[name]]
     changed += [f"member {name} was signed but is missing" for name in sorted(signed) if name not in actual]
