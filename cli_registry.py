@@ -13,7 +13,7 @@ import click
 
 
 def register(group: click.Group) -> None:
-    for command in (sign, diff):
+    for command in (sign, diff, refit):
         group.add_command(command)
 
 
@@ -66,3 +66,25 @@ def diff(old: str, new: str, check_version: bool, as_json: bool) -> None:
     if problem and check_version:
         click.echo(f"error: {problem}", err=True)
         sys.exit(1)
+
+
+@click.command()
+@click.argument("package", type=click.Path(exists=True, dir_okay=False))
+@click.option("--weights", "weights", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The new weights (safetensors): the model's state-dict names with --model, else the package's.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The new package's path.")
+@click.option("--model", "model_file", type=click.Path(exists=True, dir_okay=False),
+              help="The model.py the package was exported from: lowers the weights as export does and verifies "
+                   "the new package against eager PyTorch.")
+@click.option("--version", "version", help="The new package's version (default: a patch bump).")
+def refit(package: str, weights: str, output: str, model_file: str | None, version: str | None) -> None:
+    """New weights into PACKAGE's kernels and plan, written to OUTPUT."""
+    from .packages.reader import read_package
+    from .refit import refit_package
+
+    manifest = refit_package(package, weights, output, version=version, model_file=model_file)
+    verification = manifest["verification"]
+    checked = (f"matches eager (rel err {verification['rel_error']})" if verification.get("passed")
+               else f"not verified: {verification.get('skipped')}")
+    click.echo(f"wrote {output}: {manifest['name']} {manifest['version']}, package digest "
+               f"{read_package(output).digest}; {checked}")

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import safetensors.numpy
-
 from aotpack.packages import layout
 from aotpack.packages.writer import canonical_json, write_package
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from aotpack.packages.diff import diff_packages, minimum_version
 from aotpack.packages.identity import parse_version
 from aotpack.packages.reader import read_package

@@ -6,7 +6,6 @@ import json
 import zipfile
 
 import pytest
-
 from aotpack.packages import identity, layout
 from aotpack.packages.digest import package_digest
 from aotpack.packages.reader import read_package, verify_digests
