@@ -13,7 +13,7 @@ import click
 
 
 def register(group: click.Group) -> None:
-    for command in (sign, diff, refit):
+    for command in (sign, diff, refit, publish):
         group.add_command(command)
 
 
@@ -88,3 +88,26 @@ def refit(package: str, weights: str, output: str, model_file: str | None, versi
                else f"not verified: {verification.get('skipped')}")
     click.echo(f"wrote {output}: {manifest['name']} {manifest['version']}, package digest "
                f"{read_package(output).digest}; {checked}")
+
+
+@click.command()
+@click.argument("package", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "format_name", required=True, type=click.Choice(["mlflow", "oci", "triton"]),
+              help="mlflow: an MLflow model directory; oci: an OCI image layout (CNCF ModelPack); "
+                   "triton: a Triton Inference Server model repository.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="A new or empty folder.")
+@click.option("--model-version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
+              help="triton: the repository's integer model version folder.")
+@click.option("--tag", "tag", help="oci: the reference tag (default: the package version, '+' spelled '_').")
+def publish(package: str, format_name: str, out: str, model_version: int, tag: str | None) -> None:
+    """Lay PACKAGE out where a registry or server expects it, in folder OUT."""
+    from .packages.reader import read_package
+    from .publish import publish as publish_package
+
+    options: dict = {}
+    if format_name == "triton":
+        options["model_version"] = model_version
+    elif format_name == "oci" and tag:
+        options["tag"] = tag
+    publish_package(package, format_name, out, **options)
+    click.echo(f"wrote {out}: {format_name} layout of package digest {read_package(package).digest}")
