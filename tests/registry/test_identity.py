@@ -91,3 +91,49 @@ def test_a_reformatted_manifest_is_refused(tmp_path):
 
     problems = verify_digests(Package(path, package.manifest, package.members, edited))
     assert any("not in canonical form" in p for p in problems)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--name", "my model/../x"], "--name 'my model/../x' is not a registry-safe package name"),
+    (["--version", "banana"], "--version 'banana' is not a semantic version: use MAJOR.MINOR.PATCH"),
+    (["--meta", "license"], "--meta 'license': expected KEY=VALUE"),
+    (["--meta", "a=1", "--meta", "a=2"], "--meta a: given twice"),
+])
+def test_export_refuses_bad_identity_in_one_line(args, message, tmp_path):
+    from .exports import AOTPACK, MLP, run
+
+    out = tmp_path / "x.aotpack"
+    result = run([*AOTPACK, "export", str(MLP), *args, "-o", str(out)])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: " + message)
+    assert "capturing" not in result.stderr  # refused before any work
+    assert not out.exists()
+
+
+def test_python_build_api_checks_identity(tmp_path):
+    from aotpack.build import build_package
+
+    # The checks come first, so no captured program is needed to see them refuse.
+    with pytest.raises(identity.IdentityError, match="name 'Bad Name' is not a registry-safe"):
+        build_package(None, tmp_path / "x.aotpack", name="Bad Name")
+    with pytest.raises(identity.IdentityError, match="version '1.0' is not a semantic version"):
+        build_package(None, tmp_path / "x.aotpack", name="ok", version="1.0")
+    with pytest.raises(identity.IdentityError, match="metadata values are strings"):
+        build_package(None, tmp_path / "x.aotpack", name="ok", metadata={"epochs": 3})
+
+
+def test_export_inspect_verify_print_the_digest_and_metadata(mlp_package):
+    from .exports import AOTPACK, run
+
+    package = read_package(mlp_package)
+    assert package.manifest["user_metadata"] == {"license": "MIT", "source.revision": "0123abc"}
+    assert package.manifest["name"] == "mlp" and package.manifest["version"] == "1.0.0"
+    inspected = run([*AOTPACK, "inspect", str(mlp_package)])
+    assert f"digest:   {package.digest}" in inspected.stdout
+    assert "meta:     license=MIT" in inspected.stdout and "meta:     source.revision=0123abc" in inspected.stdout
+    verified = run([*AOTPACK, "verify", str(mlp_package)])
+    assert verified.returncode == 0 and f"package digest {package.digest}" in verified.stdout
+    exported_again = run([*AOTPACK, "export", "examples/mlp/model.py", "--dynamic", "batch=1..64", "--version", "1.0.0",
+                          "--meta", "license=MIT", "--meta", "source.revision=0123abc", "--no-verify",
+                          "-o", str(mlp_package.with_name("again.aotpack"))])
+    assert exported_again.returncode == 0 and "digest sha256:" in exported_again.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import zipfile
@@ -11,8 +12,10 @@ import pytest
 from aotpack.packages import layout
 from aotpack.packages.reader import read_package
 from aotpack.packages.signing import SignatureError, sign_package, verify_signature
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .synthetic import weights, write
 
@@ -113,3 +116,64 @@ def test_a_damaged_package_is_not_signed(signed, tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(SignatureError, match="refusing to sign a damaged package: member weights.safetensors"):
         sign_package(bad, tmp_path / "bad.sig", key=key)
+
+
+def _pem_key(k): return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+def _certificates(directory: Path) -> None:
+    """A CA and a code-signing leaf certificate it issued (ca.pem, leaf.pem, leaf-key.pem)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "aotpack test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "signer")])).issuer_name(ca_name)
+            .public_key(key.public_key()).serial_number(2).not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    (directory / "leaf-key.pem").write_bytes(_pem_key(key))
+
+
+def test_certificate_signature_verifies_against_its_chain(signed, tmp_path):
+    path, _, _, digest, _ = signed
+    _certificates(tmp_path)
+    signature = tmp_path / "cert.sig"
+    assert sign_package(path, signature, key=tmp_path / "leaf-key.pem", certificate=tmp_path / "leaf.pem",
+                        certificate_chain=[tmp_path / "ca.pem"]) == digest
+    assert verify_signature(path, signature, certificate_chain=[tmp_path / "ca.pem"]) == digest
+    other = tmp_path / "other"
+    other.mkdir()
+    _certificates(other)  # another CA of the same name: the chain must be the one that issued the leaf
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify_signature(path, signature, certificate_chain=[other / "ca.pem"])
+
+
+def test_cli_sign_and_verify_an_exported_package(mlp_package, tmp_path):
+    from .exports import AOTPACK, run
+
+    key, public = _key_pair(tmp_path, "key")
+    signature = tmp_path / "mlp.sig"
+    signed_ = run([*AOTPACK, "sign", str(mlp_package), "--key", str(key), "-o", str(signature)])
+    digest = read_package(mlp_package).digest
+    assert signed_.returncode == 0 and digest in signed_.stdout, signed_.stderr
+    ok = run([*AOTPACK, "verify", str(mlp_package), "--signature", str(signature), "--public-key", str(public)])
+    assert ok.returncode == 0 and f"covers package digest {digest}" in ok.stdout, ok.stderr
+    data = bytearray(mlp_package.read_bytes())
+    start, end = _member_spans(mlp_package)[layout.WEIGHTS]
+    data[(start + end) // 2] ^= 0x10
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(bytes(data))
+    failed = run([*AOTPACK, "verify", str(bad), "--signature", str(signature), "--public-key", str(public)])
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip() == (f"error: {bad}: does not match signature {signature}: "
+                                     "member weights.safetensors was changed after signing")
