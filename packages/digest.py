@@ -14,14 +14,16 @@ members: the writer is deterministic, so one digest names one file, byte for byt
 from __future__ import annotations
 
 import hashlib
-import io
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from . import layout
 from .writer import canonical_json, write_zip
 
+_CHUNK = 1 << 20
 PREFIX = "sha256:"  # the spelling OCI registries and the Sigstore bundle use for a digest
 
 
@@ -45,11 +47,19 @@ def container_problems(path: Path, manifest_bytes: bytes, members: Mapping[str, 
 
     Member data is covered by the digests; this covers the bytes around it (zip headers, padding, the
     central directory), which no consumer needs but which a byte-for-byte identity must include."""
-    expected = io.BytesIO()
-    write_zip(expected, [(layout.MANIFEST, manifest_bytes), *members.items()])
-    want, have = expected.getvalue(), Path(path).read_bytes()
-    if want == have:
-        return []
-    at = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
-    return [(f"the zip container differs from the layout aotpack writes for these members at byte {at} "
-             f"(file {len(have)} bytes, expected {len(want)})")]
+    # The expected file goes to a temporary file, not memory: the members are already in memory once, and
+    # a package can be gigabytes. (zipfile seeks back to fill in each local header, so no streaming compare.)
+    with tempfile.TemporaryFile() as expected, open(path, "rb") as actual:
+        write_zip(expected, [(layout.MANIFEST, manifest_bytes), *members.items()])
+        want_size, have_size = expected.tell(), os.fstat(actual.fileno()).st_size
+        expected.seek(0)
+        offset = 0
+        while True:
+            want, have = expected.read(_CHUNK), actual.read(_CHUNK)
+            if want != have:
+                at = offset + next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+                return [(f"the zip container differs from the layout aotpack writes for these members at byte {at} "
+                         f"(file {have_size} bytes, expected {want_size})")]
+            if not want:
+                return []
+            offset += len(want)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,18 @@ _PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64
 def default_tag(version: str) -> str:
     """An OCI tag for a semantic version: tags allow [A-Za-z0-9_.-], so '+' (build metadata) becomes '_'."""
     return version.replace("+", "_")
+
+
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # distribution-spec's tag grammar
+
+
+def check_tag(tag: str) -> str:
+    from . import PublishError
+
+    if not _TAG.fullmatch(tag):
+        raise PublishError(f"--tag {tag!r} is not an OCI tag: up to 128 letters, digits, '_', '.' and '-', "
+                           "not starting with '.' or '-'")
+    return tag
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -115,7 +128,7 @@ def write_layout(package: Package, out: str | Path, tag: str | None = None) -> d
                 "layers": layers, "annotations": annotations}
     manifest_descriptor = blob(_json_bytes(manifest), OCI_MANIFEST)
     manifest_descriptor["artifactType"] = ARTIFACT_TYPE
-    manifest_descriptor["annotations"] = {"org.opencontainers.image.ref.name": tag or default_tag(m["version"])}
+    manifest_descriptor["annotations"] = {"org.opencontainers.image.ref.name": check_tag(tag or default_tag(m["version"]))}
     (out / "oci-layout").write_bytes(_json_bytes({"imageLayoutVersion": "1.0.0"}))
     (out / "index.json").write_bytes(_json_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX,
                                                   "manifests": [manifest_descriptor]}))

@@ -95,3 +95,20 @@ def test_check_version_exit_status(tmp_path, new_version, ok):
     if not ok:
         assert result.stderr.strip() == (f"error: NEW's version {new_version} is too low: the changes need a minor "
                                          "bump from 1.2.3, so at least 1.3.0")
+
+
+def test_diff_of_two_real_exports(mlp_package, tmp_path):
+    """examples/mlp exported again with a wider batch range: a minor change, the plan's sizes with it."""
+    from .exports import AOTPACK, MLP, run
+
+    wider = tmp_path / "wider.aotpack"
+    exported = run([*AOTPACK, "export", str(MLP), "--dynamic", "batch=1..128", "--version", "1.0.1", "--no-verify",
+                    "--meta", "license=MIT", "--meta", "source.revision=0123abc", "-o", str(wider)])
+    assert exported.returncode == 0, exported.stderr
+    result = run([*AOTPACK, "diff", str(mlp_package), str(wider), "--check-version"])
+    assert result.returncode == 1
+    assert "minor  range     batch: 1..64 -> 1..128 (widened)" in result.stdout
+    assert "patch  plan      program.json changed" in result.stdout  # the arena is planned for the new maximum
+    assert "weights" not in result.stdout  # same model file, same weights
+    assert result.stderr.strip() == ("error: NEW's version 1.0.1 is too low: the changes need a minor bump from "
+                                     "1.0.0, so at least 1.1.0")

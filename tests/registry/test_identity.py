@@ -137,3 +137,16 @@ def test_export_inspect_verify_print_the_digest_and_metadata(mlp_package):
                           "--meta", "license=MIT", "--meta", "source.revision=0123abc", "--no-verify",
                           "-o", str(mlp_package.with_name("again.aotpack"))])
     assert exported_again.returncode == 0 and "digest sha256:" in exported_again.stderr
+
+
+def test_a_change_outside_the_members_is_found_by_the_container_check(tmp_path):
+    path = write(tmp_path / "p.aotpack")
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0x01  # the first local header's modification time: no member's bytes change
+    changed = tmp_path / "changed.aotpack"
+    changed.write_bytes(bytes(data))
+    package = read_package(changed)
+    assert package.members == read_package(path).members and package.digest == read_package(path).digest
+    assert verify_digests(package) == [
+        f"the zip container differs from the layout aotpack writes for these members at byte 10 "
+        f"(file {len(data)} bytes, expected {len(data)})"]
