@@ -177,7 +177,9 @@ def verify(package: str, signature: str | None, public_key: str | None, certific
         from .packages.signing import verify_signature
 
         digest = verify_signature(package, signature, public_key=public_key, certificate_chain=certificate_chain)
-        click.echo(f"{package}: signature {signature} verifies; it covers package digest {digest}")
+        click.echo(f"{package}: signature {signature} verifies (every member and the container checked); "
+                   f"it covers package digest {digest}")
+        return
     pkg = read_package(package)
     problems = verify_digests(pkg)
     if problems:

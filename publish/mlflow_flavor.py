@@ -11,6 +11,7 @@ MLflow's own flavors are written. bfloat16 tensors, which numpy lacks, appear as
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,10 @@ def save_model(package: str | Path, path: str | Path, mlflow_model: Any = None, 
     mlflow_model.add_flavor(FLAVOR_NAME, package=file_name, digest=pkg.digest, package_name=m["name"], package_version=m["version"],
                             format_version=m["format_version"], aotpack_version=__version__,
                             signature=m["signature"], targets=m["targets"])
-    with _staged(pkg.path, file_name) as staged:
+    with _staged(pkg.path, file_name) as staged, warnings.catch_warnings():
+        # No input example on purpose: MLflow would run the model at save time to check it, which needs the
+        # runtime library where only packaging is asked for; the signature says the shapes.
+        warnings.filterwarnings("ignore", message=".*input example was not provided")
         mlflow.pyfunc.save_model(
             path=str(path), loader_module=LOADER_MODULE, data_path=str(staged), mlflow_model=mlflow_model,
             signature=model_signature(m["signature"]), metadata=dict(m.get("user_metadata", {})),
