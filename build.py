@@ -7,7 +7,6 @@ what the package promises (the manifest).
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from . import __version__, knobs
+from . import __version__, knobs, progress
+from .errors import AotpackError
 from .exporter import CapturedProgram, export_model
 from .lowering.compile_cpp import compiler_version
 from .lowering.decompositions import decompositions
@@ -24,16 +24,22 @@ from .lowering.stages import Lowered, run_stages
 from .lowering.symbolic import to_json
 from .lowering.targets import Targets
 from .packages import identity, layout
+from .packages.manifest import make_manifest, with_verification
 from .packages.writer import canonical_json, write_package
 
 
 @dataclass(frozen=True)
-class BuildResult:
+class ExportResult:
     path: Path
     manifest: dict[str, Any]
-    seconds: dict[str, float]  # time per phase
+    seconds: dict[str, float]  # time per stage, in the order they ran
     size: int
     notes: tuple[str, ...]
+
+    @property
+    def verification(self) -> dict[str, Any] | None:
+        """The manifest's verification record; None when exported with verification off."""
+        return self.manifest.get("verification")
 
 
 def _signature(captured: CapturedProgram, lowered: Lowered) -> dict[str, Any]:
@@ -62,27 +68,44 @@ def build_package(
     version: str = "0.1.0",
     dump_stages: Sequence[str] = (),
     dump: Callable[[str, str], None] | None = None,
-    progress: Callable[[str], None] = lambda message: None,
-    verify: Callable[[Path, CapturedProgram], dict[str, Any]] | None = None,
+    verify: str = "range",
     targets: Targets | None = None,
     metadata: Mapping[str, str] | None = None,
-) -> BuildResult:
-    """Lowers a captured program and writes the package file to `output` (atomically).
+) -> ExportResult:
+    """Lowers a captured program, verifies it (`verify`: range, example or off; verification/run.py) and writes
+    the package file to `output` (atomically). Stages report through progress.current().
 
     `name` and `version` must be registry-safe (packages/identity.py); `metadata` is the user's str -> str
     metadata (license, source revision, ...), recorded as the manifest's `user_metadata`."""
-    # Identity is checked before any lowering, so a bad name fails in a second, not after a compile.
-    name = identity.check_name(name, "name") if name else identity.name_from(default_name(captured.model_file))
+    from .verification import MODES
+
+    if verify not in MODES:
+        raise AotpackError(f"--verify={verify}: expected one of {', '.join(MODES)}")
+    name, user_metadata = check_identity(name, version, metadata, captured.model_file if captured else None)
+    with progress.ensure() as report:
+        return _build(captured, Path(output), name, version, dump_stages, dump, verify, targets, report, user_metadata)
+
+
+def check_identity(name: str | None, version: str, metadata: Mapping[str, str] | None,
+                   model_file: str | Path | None = None) -> tuple[str, dict[str, str]]:
+    """The package name (a default one made registry-safe from the model file) and the user metadata, or an
+    IdentityError with the rule; cheap, so callers run it before anything slow."""
+    if name:
+        identity.check_name(name, "name")
+    elif model_file is not None:
+        name = identity.name_from(default_name(Path(model_file)))
     identity.check_version(version, "version")
-    user_metadata = identity.check_metadata(metadata)
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    progress("lowering to kernels and compiling them")
+    return name, identity.check_metadata(metadata)
+
+
+def _build(captured: CapturedProgram, output: Path, name: str | None, version: str, dump_stages: Sequence[str],
+           dump: Callable[[str, str], None] | None, verify: str, targets: Targets | None,
+           report: progress.Progress, user_metadata: Mapping[str, str]) -> ExportResult:
+    from .verification import verify_package
+
     isa = targets.cpu.isa if targets is not None and targets.cpu is not None else knobs.cpu_isa()
     lowered = run_stages(captured, isa, dump=dump, dump_stages=tuple(dump_stages), targets=targets)
-    seconds["lower_and_compile"] = time.perf_counter() - start
 
-    start = time.perf_counter()
     members = {
         layout.PROGRAM: canonical_json(lowered.program_json),
         layout.WEIGHTS: safetensors.torch.save(lowered.program.weights),
@@ -95,36 +118,37 @@ def build_package(
     if lowered.cubins:
         members.update(_cuda_members(lowered))
         target_entries.append(_cuda_target(lowered))
-    manifest = {
-        "name": name,
-        "version": version,
-        "producer": {
+    manifest = make_manifest(
+        name=name or default_name(captured.model_file),
+        version=version,
+        producer={
             "aotpack": __version__,
             "torch": torch.__version__,
             "compiler": compiler_version(knobs.cxx()),
             "python": platform.python_version(),
             **({"triton": _triton_version()} if lowered.cubins else {}),
         },
-        "targets": target_entries,
-        "signature": _signature(captured, lowered),
-        "metadata": {"kernels": len((lowered.library or lowered.triton).kernels), "steps": len(lowered.program.steps),
-                     "arena_bytes": lowered.plan.arena_bytes},
-        "user_metadata": user_metadata,
-    }
-    output = Path(output)
-    if verify is not None:
-        progress("verifying the package against eager PyTorch through the C++ runtime")
-        # The manifest is not covered by digests, so verification results can be added after the fact:
-        # write a trial package beside the output, run it through the real runtime, then write the final one.
+        targets=target_entries,
+        signature=_signature(captured, lowered),
+        metadata={"kernels": len((lowered.library or lowered.triton).kernels), "steps": len(lowered.program.steps),
+                  "arena_bytes": lowered.plan.arena_bytes},
+        user_metadata=user_metadata,
+    )
+    if verify != "off":
+        # The verification record goes into the manifest, so the package is written twice: a trial beside the
+        # output that the real runtime runs, then the final file with the record.
         trial = output.with_name(f".{output.name}.verify")
         try:
             write_package(trial, manifest, members)
-            manifest["verification"] = verify(trial, captured)
+            what = "the examples and the ends and inside of each range" if verify == "range" else "the examples"
+            with report.stage("verify", f"against PyTorch at {what}"):
+                record = verify_package(trial, captured, verify)
+            manifest = with_verification(manifest, record)
         finally:
             trial.unlink(missing_ok=True)
-    final = write_package(output, manifest, members)
-    seconds["package"] = time.perf_counter() - start
-    return BuildResult(output, final, seconds, output.stat().st_size, tuple(captured.notes))
+    with report.stage("write"):
+        final = write_package(output, manifest, members)
+    return ExportResult(output, final, dict(report.seconds), output.stat().st_size, tuple(captured.notes))
 
 
 def _triton_version() -> str:

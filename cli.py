@@ -39,64 +39,61 @@ def main() -> None:
     """Export PyTorch models to one self-contained package that a C++ runtime runs."""
 
 
-def _progress(message: str) -> None:
-    click.echo(f"  {message}", err=True)
-
-
 @main.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Package path (default: NAME.aotpack).")
 @click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=MIN..MAX",
-              help="A dynamic dimension's inclusive range; repeatable; overrides model.py's dynamic_ranges.")
+              help="A dynamic dimension's inclusive range; repeatable; overrides model.py's ranges.")
 @click.option("--name", help="Package name (default: the model's folder, or the file's stem).")
 @click.option("--version", "version", default="0.1.0", show_default=True, help="Package version (semver).")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
               help="User metadata for the manifest (license, source revision, ...); repeatable.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
-              help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, serialize).")
+              help="Print a lowering stage's output (lower, plan_memory, render_cpp, compile_cpp, render_triton, "
+                   "compile_triton, serialize).")
 @click.option("--dtype", "dtype", metavar="DTYPE", help="Cast floating weights and inputs first: fp32, bf16 or fp16.")
-@click.option("--no-verify", is_flag=True, help="Skip running the package against eager PyTorch at export.")
+@click.option("--verify", "verify", type=click.Choice(["range", "example", "off"]), default="range", show_default=True,
+              help="Run the package against PyTorch before writing it: at the examples and the ends and inside of "
+                   "every declared range, at the examples only, or not at all.")
+@click.option("--no-verify", is_flag=True, help="The same as --verify=off.")
 @click.option("--target", "target", default="cpu", show_default=True, metavar="cpu|cuda|cpu,cuda",
               help="What the package runs on; CUDA kernels are Triton, cross-compiled to cubins (no GPU needed).")
 @click.option("--cuda-arch", "cuda_arch", metavar="CC[,CC...]",
               help="CUDA compute capabilities to build cubins for, e.g. 80,90 (default: the local GPU's, else 90).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the final line (and errors).")
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
-           dump: tuple[str, ...], dtype: str | None, no_verify: bool, target: str, cuda_arch: str | None,
-           meta: tuple[str, ...]) -> None:
+           dump: tuple[str, ...], dtype: str | None, verify: str, no_verify: bool, target: str, cuda_arch: str | None,
+           quiet: bool, meta: tuple[str, ...]) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
-    from .build import build_package, capture_model_file, default_name
-    from . import knobs
+    from . import progress
+    from .api import export_model_file
+    from .build import default_name
     from .lowering.stages import STAGE_NAMES
-    from .lowering.targets import parse_targets
-    from .verification import verify_package
 
     unknown = [s for s in dump if s not in STAGE_NAMES]
     if unknown:
         _fail(f"--dump {unknown[0]}: no such stage; the stages are {', '.join(STAGE_NAMES)}")
     if not Path(model_file).is_file():
         _fail(f"{model_file}: no such file; pass the path of a model.py")
-    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
     metadata = _checked_identity(name, version, meta)
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
-    start = time.perf_counter()
     click.echo(f"exporting {model_file} -> {output}", err=True)
-    _progress("capturing with torch.export (eval mode, under torch.no_grad())")
-    captured = capture_model_file(model_file, dynamic, dtype)
-    for note in captured.notes:
-        _progress(f"note: {note}")
-    result = build_package(
-        captured, output, name=name, version=version, dump_stages=dump,
-        dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"), progress=_progress,
-        verify=None if no_verify else verify_package, targets=targets, metadata=metadata,
-    )
+    report = progress.Progress(None if quiet else lambda line: click.echo(line, err=True))
+    start = time.perf_counter()
+    with progress.reporting(report):
+        result = export_model_file(
+            model_file, output, dynamic=dynamic, dtype=dtype, target=target, cuda_arch=cuda_arch, name=name,
+            version=version, metadata=metadata, verify="off" if no_verify else verify, dump_stages=dump,
+            dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"))
     signature = result.manifest["signature"]
     symbols = ", ".join(f"{s['name']}={s['min']}..{s['max']}" for s in signature["symbols"]) or "static shapes"
-    verification = result.manifest.get("verification", {"skipped": "--no-verify"})
-    checked = (f"matches eager (rel err {verification['rel_error']})" if verification.get("passed")
-               else f"not verified: {verification.get('skipped')}")
     click.echo(f"wrote {result.path} ({result.size / 1e6:.2f} MB, {symbols}) in {time.perf_counter() - start:.1f} s; "
-               f"{checked}", err=True)
+               f"{_verified(result.verification)}", err=True)
     click.echo(f"digest {_digest(result.path)}", err=True)
+    for entry in (result.verification or {}).get("not_verified", []):
+        click.echo(f"not verified on {entry['target']}: {entry['reason']}", err=True)
+    if not quiet:
+        click.echo(f"  time: {report.summary()}", err=True)
 
 
 def _checked_identity(name: str | None, version: str, meta: tuple[str, ...]) -> dict[str, str]:
@@ -113,6 +110,20 @@ def _digest(path: str | Path) -> str:
     from .packages.reader import read_package
 
     return read_package(path).digest
+
+
+def _verified(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "not verified (--verify=off)"
+    points = [p for p in record["points"] if "device" in p]
+    if not points:
+        return "NOT VERIFIED: no target in the package runs on this machine"
+    worst = max((o["error"] for p in points for o in p["outputs"] if isinstance(o["error"], float)), default=0.0)
+    devices = ", ".join(sorted({p["device"] for p in points}))
+    count = len({tuple(sorted(p["symbols"].items())) for p in points})
+    skipped = len(record["points"]) - len(points)
+    return (f"verified at {count} point(s) on {devices} (worst rel err {worst:.1e})"
+            + (f"; {skipped} point(s) SKIPPED (see above)" if skipped else ""))
 
 
 def _shape(shape: list[Any]) -> str:
@@ -149,9 +160,10 @@ def inspect(package: str, as_json: bool) -> None:
     click.echo(f"weights:  {len(weights) / 1e6:.2f} MB")
     click.echo(f"arena:    {program['arena_bytes'] / 1e6:.2f} MB at the declared maxima")
     click.echo(f"kernels:  {len({s['kernel'] for s in program['steps']})} distinct, {len(program['steps'])} steps")
-    verification = m.get("verification")
-    if verification:
-        click.echo(f"verified: {verification}")
+    from .verification import verification_table
+
+    for line in verification_table(m.get("verification")):
+        click.echo(line)
     for key, value in sorted(m.get("user_metadata", {}).items()):
         click.echo(f"meta:     {key}={value}")
 
@@ -187,7 +199,7 @@ def verify(package: str, signature: str | None, public_key: str | None, certific
     click.echo(f"{package}: {len(pkg.members)} members match their digests; package digest {pkg.digest}")
 
 
-from . import cli_registry  # noqa: E402  (sign, diff, refit, publish: registered on `main` as it imports)
+from . import cli_registry  # sign, diff, refit, publish: registered on `main` here, below the core commands
 
 cli_registry.register(main)
 

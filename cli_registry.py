@@ -83,9 +83,11 @@ def refit(package: str, weights: str, output: str, model_file: str | None, versi
     from .refit import refit_package
 
     manifest = refit_package(package, weights, output, version=version, model_file=model_file)
-    verification = manifest["verification"]
-    checked = (f"matches eager (rel err {verification['rel_error']})" if verification.get("passed")
-               else f"not verified: {verification.get('skipped')}")
+    record = manifest.get("verification")
+    ran = [p for p in (record or {}).get("points", []) if "device" in p]
+    checked = (f"verified against PyTorch at {len(ran)} point(s)" if record and record.get("passed") and ran
+               else "not verified (pass --model model.py to verify against PyTorch)" if record is None
+               else "NOT VERIFIED: no target in the package runs on this machine")
     click.echo(f"wrote {output}: {manifest['name']} {manifest['version']}, package digest "
                f"{read_package(output).digest}; {checked}")
 

@@ -32,3 +32,10 @@ def compile_jobs() -> int:
     where exports already run in parallel (pytest -n), so each does not start a pool of its own."""
     value = os.environ.get("AOTPACK_COMPILE_JOBS")
     return max(1, int(value)) if value and value.isdigit() else (os.cpu_count() or 1)
+
+
+def test_perturb() -> float | None:
+    """Test hook only (AOTPACK_TEST_PERTURB=FACTOR): scale one kernel's output, making the package wrong on
+    purpose so tests can see verification fail (lowering/perturb.py)."""
+    value = os.environ.get("AOTPACK_TEST_PERTURB")
+    return float(value) if value else None

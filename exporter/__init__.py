@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .capture import CapturedProgram, capture, decomposition_table
-from .dynamic import DynamicPlan, SymbolSpec, capture_examples, parse_dynamic_specs, resolve_symbols
 from .dtype import parse_dtype, with_dtype
+from .dynamic import DynamicPlan, SymbolSpec, capture_examples, parse_dynamic_specs, resolve_symbols
 from .model_file import ModelSpec, load_model_file
 
 __all__ = [

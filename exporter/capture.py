@@ -38,6 +38,8 @@ class CapturedProgram:
     model_file: Path
     example_inputs: tuple[torch.Tensor, ...]  # as model.py gave them (not enlarged for capture)
     notes: tuple[str, ...]  # what the user should know about how the model was captured
+    model: Any = None  # eager PyTorch in the package's dtype (a callable module): what verification runs
+    float32_model: torch.nn.Module | None = None  # the model before a --dtype cast: the float32 reference
 
 
 def capture(
@@ -47,18 +49,22 @@ def capture(
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> CapturedProgram:
     symbols = tuple(symbols)
-    inputs, example_notes = capture_examples(spec, symbols)
     files = UserFiles(spec.path)
-    spec.model.eval()
+    example_notes: tuple[str, ...] = ()
     # torch 2.11 cannot prove guards such as Min(16*seq, 32*seq) == 16*seq that every grouped-query
     # attention adds; simplified_min_max() gives it torch 2.13's rule for them (min_max.py says why).
     with simplified_min_max():
-        try:
-            with torch.no_grad(), quiet_torch():
-                # Non-strict: the user's Python runs as written, so their errors carry their own frames.
-                program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
-        except Exception as e:
-            raise _explained(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
+        if spec.program is not None:  # captured by the caller already
+            program = spec.program
+        else:
+            inputs, example_notes = capture_examples(spec, symbols)
+            spec.model.eval()
+            try:
+                with torch.no_grad(), quiet_torch():
+                    # Non-strict: the user's Python runs as written, so their errors carry their own frames.
+                    program = torch.export.export(spec.model, inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            except Exception as e:
+                raise _explained(e, CaptureContext(spec, symbols, dynamic_shapes, inputs, files)) from e
         try:
             with quiet_torch():
                 program = program.run_decompositions(decomposition_table(decompositions))
@@ -80,6 +86,8 @@ def capture(
         model_file=spec.path,
         example_inputs=spec.example_inputs,
         notes=(INFERENCE_NOTE, *example_notes),
+        model=spec.model,
+        float32_model=spec.float32_model,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -22,7 +23,9 @@ def parse_dtype(name: str) -> torch.dtype:
 
 def with_dtype(spec: ModelSpec, dtype: torch.dtype) -> ModelSpec:
     """Floating weights, buffers and example inputs cast to `dtype`; integer and boolean ones kept (indices,
-    masks). The package then stores and takes that dtype; kernels compute in float32 internally."""
-    model = spec.model.to(dtype)
+    masks). The package then stores and takes that dtype; kernels compute in float32 internally. The model as
+    it was is kept (not cast in place) as verification's float32 reference."""
+    model = copy.deepcopy(spec.model).to(dtype)
     examples = tuple(x.to(dtype) if x.is_floating_point() else x for x in spec.example_inputs)
-    return dataclasses.replace(spec, model=model, example_inputs=examples)
+    reference = spec.model if dtype != torch.float32 else None
+    return dataclasses.replace(spec, model=model, example_inputs=examples, float32_model=reference)

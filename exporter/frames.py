@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,24 @@ def library_location(exc: BaseException) -> str | None:
     code = (found.line or "").strip()
     shown = short_path(found.filename)
     return f"{shown}:{found.lineno} ({code})" if code else f"{shown}:{found.lineno}"
+
+
+def portable_path(filename: str, model_dir: Path | None = None) -> str:
+    """A source file named without anything of this machine, for what goes into a package: relative to the
+    model's folder when under it (`model.py`, `layers.py`), else to the import root that holds it
+    (`transformers/models/gpt2/modeling_gpt2.py`), else its name alone. Two checkouts or machines with the same
+    toolchain then write the same bytes."""
+    path = Path(filename)
+    if not path.is_absolute():
+        return path.as_posix()
+    if model_dir is not None and path.is_relative_to(model_dir):
+        return path.relative_to(model_dir).as_posix()
+    roots = [Path(p) for p in sys.path if p and Path(p).is_absolute() and path.is_relative_to(p)]
+    if "site-packages" in path.parts:
+        return short_path(filename)
+    if roots:
+        return path.relative_to(max(roots, key=lambda r: len(r.parts))).as_posix()
+    return path.name
 
 
 def short_path(filename: str) -> str:

@@ -5,10 +5,16 @@ model.py defines:
     example_inputs   a tuple of tensors (one tensor is wrapped), or a zero-argument callable returning one
     dynamic_axes     optional: {forward-argument name: {axis: symbol name}}
     dynamic_ranges   optional: {symbol name: (min, max)}, defaults that --dynamic overrides
+    dynamic_shapes   optional, instead of dynamic_axes: torch.export's form, {name: {axis: Dim(name, min, max)}}
+                     (a Dim's name is the symbol, its bounds the default range; see dynamic_shapes.py)
+
+Any other top-level name that looks like one of these (`dynamic_shape`, `example_input`) is refused by name:
+a misspelt setting must not silently export static shapes.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import itertools
@@ -20,8 +26,10 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 
 from ..errors import CaptureError, ModelFileError
+from .dynamic_shapes import from_dynamic_shapes
 from .frames import UserFiles, display_path, innermost_user_frame, one_line
 
 
@@ -33,8 +41,12 @@ class ModelSpec:
     input_names: tuple[str, ...]  # forward-argument name of each example input, in order
     dynamic_axes: Mapping[str, Mapping[int, str]]  # axes normalised to be non-negative
     dynamic_ranges: Mapping[str, tuple[int, int]]
+    program: ExportedProgram | None = None  # given already captured (aotpack.export of an ExportedProgram)
+    float32_model: torch.nn.Module | None = None  # the model before a --dtype cast: verification's reference
 
 
+# The names aotpack reads from a model.py.
+SETTINGS = ("model", "example_inputs", "dynamic_axes", "dynamic_ranges", "dynamic_shapes")
 _module_ids = itertools.count()
 
 
@@ -48,12 +60,34 @@ def load_model_file(path: str | Path) -> ModelSpec:
     module = _import(path, shown)
     files = UserFiles(path)
 
+    _refuse_unknown_settings(module, shown)
     model = _model(module, shown, files)
     examples = _example_inputs(module, shown, files)
     names = forward_input_names(model, len(examples), shown)
-    axes = _dynamic_axes(module, shown, names, examples)
     ranges = _dynamic_ranges(module, shown)
+    shapes = getattr(module, "dynamic_shapes", None)
+    if shapes is not None:
+        if getattr(module, "dynamic_axes", None) is not None:
+            raise ModelFileError(f"{shown} defines both dynamic_shapes and dynamic_axes; define one of them")
+        raw_axes, dim_ranges = from_dynamic_shapes(shapes, names, f"{shown}: dynamic_shapes")
+        # A Dim's bounds are defaults like dynamic_ranges; dynamic_ranges (then --dynamic) override them.
+        ranges = {**dim_ranges, **ranges}
+    else:
+        raw_axes = getattr(module, "dynamic_axes", None)
+    axes = check_dynamic_axes(raw_axes, shown, names, examples)
     return ModelSpec(path, model, examples, names, axes, ranges)
+
+
+def _refuse_unknown_settings(module: ModuleType, shown: str) -> None:
+    """A top-level name close to one aotpack reads, or that starts the way its names do, is a misspelt setting."""
+    for name, value in vars(module).items():
+        if name.startswith("_") or name in SETTINGS or isinstance(value, (ModuleType, type)):
+            continue
+        close = difflib.get_close_matches(name, SETTINGS, n=1, cutoff=0.75)
+        if close or (name.startswith(("dynamic_", "example_")) and not callable(value)):
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ModelFileError(f"{shown} defines {name!r}, which aotpack does not read ({hint}aotpack reads: "
+                                 f"{', '.join(SETTINGS)}); rename it, or start it with _ if it is your own")
 
 
 def _import(path: Path, shown: str) -> ModuleType:
@@ -183,10 +217,11 @@ def forward_input_names(model: torch.nn.Module, count: int, shown: str) -> tuple
     return tuple(p.name for p in positional[:count])
 
 
-def _dynamic_axes(
-    module: ModuleType, shown: str, names: tuple[str, ...], examples: tuple[torch.Tensor, ...]
+def check_dynamic_axes(
+    value: Any, shown: str, names: tuple[str, ...], examples: tuple[torch.Tensor, ...]
 ) -> dict[str, dict[int, str]]:
-    value = getattr(module, "dynamic_axes", None)
+    """model.py's dynamic_axes (or what dynamic_shapes gave) checked against forward() and the examples, axes
+    made non-negative."""
     if value is None:
         return {}
     form = 'e.g. dynamic_axes = {"input_ids": {1: "seq"}}'

@@ -10,6 +10,7 @@ change to one kernel, or a model that shares kernels with an earlier one, recomp
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -18,10 +19,11 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import knobs
+from .. import knobs, progress
 from ..errors import AotpackError
 from .codegen_triton import TritonKernel, TritonLibrary
 
@@ -123,7 +125,8 @@ def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arc
     source = ASTSource(fn, signature, constexprs, attrs)
     options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": False}
     try:
-        ck = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+        with _without_line_info():
+            ck = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as e:  # Triton raises many types; each is a bug in our templates, never the user's
         raise TritonCompileError(
             f"compiling the generated Triton kernel {kernel.name} ({kernel.family}) for sm_{arch} failed; this is "
@@ -137,9 +140,26 @@ def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arc
         ptx_version=_ptx_version(ck.asm.get("ptx", "")))
 
 
+@contextlib.contextmanager
+def _without_line_info() -> Iterator[None]:
+    """Cubins without line info: it names the files the kernel was compiled from (the module written into the
+    cache folder, Triton's own sources in site-packages), which would put this machine's paths into the
+    package and make its bytes depend on where it was built. SASS is the same either way."""
+    saved = os.environ.get("TRITON_DISABLE_LINE_INFO")
+    os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_DISABLE_LINE_INFO", None)
+        else:
+            os.environ["TRITON_DISABLE_LINE_INFO"] = saved
+
+
 def _cache_key(prelude: str, kernel: TritonKernel, arch: int, version: str) -> str:
     text = "\0".join([prelude, kernel.source, kernel.name, repr(kernel.signature), repr(kernel.constexprs),
-                      f"{kernel.num_warps}/{kernel.num_stages}", str(arch), version, "fp_fusion=0"])
+                      f"{kernel.num_warps}/{kernel.num_stages}", str(arch), version, "fp_fusion=0",
+                      "line_info=0"])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -180,9 +200,15 @@ def _compile_all(source: str, cache: Path, todo: list) -> list[CompiledKernel]:
     if workers < 2 or len(todo) < PARALLEL_MIN_KERNELS:
         triton, ASTSource, GPUTarget = _require_triton()
         module = _load_module(source, cache) if todo else None
-        return [_compile_one(triton, ASTSource, GPUTarget, module, kernel, arch) for arch, kernel, _, _ in todo]
+        results = []
+        for arch, kernel, _, _ in todo:
+            results.append(_compile_one(triton, ASTSource, GPUTarget, module, kernel, arch))
+            progress.current().count(len(results), len(todo), "kernels compiled")
+        return results
     _load_module(source, cache)  # write the module file once, before the workers import it
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [pool.submit(_compile_in_worker, source, cache, kernel, arch) for arch, kernel, _, _ in todo]
+        for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
+            progress.current().count(done, len(todo), "kernels compiled")
         return [f.result() for f in futures]

@@ -72,6 +72,7 @@ class GraphLowering:
 
     def __init__(self, captured: Any) -> None:
         self.captured = captured
+        self._model_dir = captured.model_file.resolve().parent  # source lines are named relative to it
         self.ep: torch.export.ExportedProgram = captured.program
         self.graph: torch.fx.Graph = self.ep.graph
         # A symbol with min == max was captured as a constant size: nothing to bind at run time.
@@ -126,7 +127,7 @@ class GraphLowering:
         return dtype_name(self._first_tensor(node).dtype)
 
     def where(self) -> str:
-        return source_line(self.current) if self.current is not None else "the model"
+        return source_line(self.current, self._model_dir) if self.current is not None else "the model"
 
     # --- buffers and kernels ------------------------------------------------------------------------
 
@@ -239,7 +240,7 @@ class GraphLowering:
             if lowering_for(node.target) is None:
                 missing.append(node)
         if missing:
-            raise unsupported_ops_error(missing)
+            raise unsupported_ops_error(missing, self._model_dir)
 
     def _placeholder(self, node: torch.fx.Node) -> Any:
         sig = self.ep.graph_signature

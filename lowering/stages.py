@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import knobs, progress
 from . import (  # noqa: F401  (registration)
     ops_attention,
     ops_distance,
@@ -37,6 +38,7 @@ from .compile_cpp import compile_library
 from .graph import GraphLowering
 from .ir import MemoryPlan, Program
 from .memory import plan_memory
+from .perturb import perturbed
 from .symbolic import to_json
 from .targets import CpuTarget, Targets
 from .verify import verify_plan, verify_program
@@ -61,6 +63,9 @@ class Lowered:
 
 def _lower(state: Lowered, captured: Any) -> Lowered:
     program = GraphLowering(captured).run()
+    factor = knobs.test_perturb()
+    if factor is not None:
+        program = perturbed(program, factor)
     verify_program(program, "lower")
     return replace(state, program=program)
 
@@ -118,11 +123,23 @@ def run_stages(captured: Any, isa: str, dump: Callable[[str, str], None] | None 
     if targets is not None and targets.cpu is not None:
         isa = targets.cpu.isa
     state = Lowered(isa=isa, targets=targets or Targets(CpuTarget(isa), None))
+    report = progress.current()
     for name, stage in STAGES:
-        state = stage(state, captured)
+        if _applies(name, state):
+            with report.stage(name):
+                state = stage(state, captured)
         if dump is not None and name in dump_stages:
             dump(name, describe(name, state))
     return state
+
+
+def _applies(name: str, state: Lowered) -> bool:
+    """Whether a stage has work for this package's targets (so progress does not list the others)."""
+    if name in ("render_cpp", "compile_cpp"):
+        return state.wants_cpu
+    if name in ("render_triton", "compile_triton"):
+        return state.targets is not None and state.targets.cuda is not None
+    return True
 
 
 def describe(stage: str, state: Lowered) -> str:

@@ -3,7 +3,7 @@
 Every member but weights.safetensors is kept byte for byte; the new weights must have exactly the
 package's tensor names, dtypes and shapes, because the plan (program.json) binds each weight buffer by
 name, dtype and shape and the kernels were generated for those shapes. The manifest records where the
-package came from (`refit.from`: the original's package digest) and a new verification record.
+package came from (`refit.from`: the original's package digest) and a new verification record, or none.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def refit(path: str | Path, weights: bytes, output: str | Path, *, version: str 
     """Writes `output`: the package at `path` with `weights` (safetensors bytes) in place of its own.
 
     `version` defaults to a patch bump. `verify`, given a trial package's path, returns the verification
-    record (as export's does); without it the record says the package was not verified."""
+    record (as export's does); without it the package has no record, as an export with --verify=off."""
     package = read_package(path)
     problems = verify_digests(package)
     if problems:
@@ -56,7 +56,8 @@ def refit(path: str | Path, weights: bytes, output: str | Path, *, version: str 
     manifest["version"] = (check_version(version) if version is not None
                            else str(parse_version(manifest["version"], f"{path}: version").bumped("patch")))
     manifest["refit"] = {"from": package.digest}
-    manifest["verification"] = {"skipped": "refit without the model file (aotpack refit --model model.py verifies)"}
+    # The old record was about the old weights; without a new run there is none, as with --verify=off.
+    manifest.pop("verification", None)
     members = {**package.members, layout.WEIGHTS: weights}
     output = Path(output)
     if verify is not None:

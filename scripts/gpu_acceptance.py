@@ -18,6 +18,7 @@ Writes OUT_DIR/acceptance_<model>.json and prints one line per measurement. Need
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import statistics
@@ -66,28 +67,23 @@ def flat_outputs(value) -> list[torch.Tensor]:
 
 def run_model(name: str, out_dir: Path, arch: int) -> dict:
     from aotpack import runtime
-    from aotpack.build import build_package
-    from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-    from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.targets import CudaTarget, Targets
-    from aotpack.verification import from_runtime, relative_error, to_numpy
+    from aotpack.api import export_model_file
+    from aotpack.exporter import load_model_file
+    from aotpack.verification import as_reference, from_runtime, judge, to_numpy
 
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
     batch, dynamic = MODELS[name]
     model_file = REPO / "examples" / name / "model.py"
-    spec = with_dtype(load_model_file(model_file), torch.bfloat16)
     start = time.perf_counter()
-    plan = resolve_symbols(spec, parse_dynamic_specs(dynamic))
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
     package = out_dir / f"{name}_bf16_cuda.aotpack"
-    build_package(captured, package, targets=Targets(None, CudaTarget((arch,))))
+    # As `aotpack export MODEL --dtype bf16 --target cuda --dynamic ...` runs it: verification on, over the range.
+    result = export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=str(arch))
     row: dict = {"model": name, "batch": batch, "export_s": round(time.perf_counter() - start, 1),
-                 "package_mb": round(package.stat().st_size / 1e6, 1)}
+                 "package_mb": round(package.stat().st_size / 1e6, 1), "export_verification": result.verification}
 
     reference = load_model_file(model_file)  # the same seeded weights, in float32
     ref_model = reference.model.eval().cuda()
-    bf16_model = spec.model.eval().cuda()
+    bf16_model = copy.deepcopy(reference.model).to(torch.bfloat16).eval().cuda()
     module = example_module(model_file)
     compiled = torch.compile(bf16_model)
 
@@ -115,12 +111,10 @@ def run_model(name: str, out_dir: Path, arch: int) -> dict:
         if device_io is not None:
             point["device_io_equals_host_io"] = all(same)
         for out, r, e, info in zip(ours, ref, eager, aot_model.outputs):
-            ours_np = from_runtime(out, torch.bfloat16 if str(info.dtype) == "bfloat16" else torch.float32)
-            ref_np = r.cpu().numpy()
-            err, eager_err = relative_error(ours_np, ref_np), relative_error(e.cpu().numpy(), ref_np)
-            point["outputs"].append({"name": info.name, "aotpack_err": float(f"{err:.3e}"),
-                                     "eager_bf16_err": float(f"{eager_err:.3e}"),
-                                     "ok": bool(err <= 1.5 * eager_err + 1e-3)})
+            dtype = str(info.dtype)
+            j = judge(info.name, dtype, from_runtime(out, getattr(torch, dtype)), as_reference(r), as_reference(e))
+            point["outputs"].append({"name": info.name, "aotpack_err": float(f"{j.error:.3e}"),
+                                     "eager_bf16_err": float(f"{j.half_error:.3e}"), "ok": j.passed})
 
         def eager_run():
             with torch.no_grad():

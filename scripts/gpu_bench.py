@@ -45,18 +45,14 @@ def bench_examples(out_dir: Path, arch: int) -> list[dict]:
 
 def _bench_one(example: str, dynamic: tuple[str, ...], out_dir: Path, arch: int) -> dict:
     from aotpack import runtime
-    from aotpack.build import build_package
-    from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-    from aotpack.lowering.decompositions import decompositions
-    from aotpack.lowering.targets import CudaTarget, Targets
-    from aotpack.verification import relative_error, to_numpy, verify_package
+    from aotpack.api import export_spec
+    from aotpack.exporter import load_model_file, parse_dynamic_specs
+    from aotpack.verification import relative_error, to_numpy
 
     spec = load_model_file(REPO / "examples" / example / "model.py")
-    plan = resolve_symbols(spec, parse_dynamic_specs(dynamic))
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
     start = time.perf_counter()
-    result = build_package(captured, out_dir / f"{example}_cuda.aotpack", verify=verify_package,
-                           targets=Targets(None, CudaTarget((arch,))))
+    result = export_spec(spec, out_dir / f"{example}_cuda.aotpack", cli_ranges=parse_dynamic_specs(dynamic),
+                         target="cuda", cuda_arch=str(arch))
     export_s = time.perf_counter() - start
     session = runtime.Model(result.path).session(device="cuda")
     inputs = [x.clone() for x in spec.example_inputs]

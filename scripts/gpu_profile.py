@@ -22,13 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     from aotpack import runtime
-    from aotpack.build import build_package
+    from aotpack.api import export_spec
     from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
     from aotpack.lowering.codegen_triton import render_triton_library
     from aotpack.lowering.decompositions import decompositions
     from aotpack.lowering.graph import GraphLowering
-    from aotpack.lowering.targets import CudaTarget, Targets
     from aotpack.verification import to_numpy
     from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 
@@ -36,7 +35,8 @@ def main() -> int:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
     spec = with_dtype(load_model_file(REPO / "examples" / name / "model.py"), dtype)
-    plan = resolve_symbols(spec, parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}")))
+    plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}"))
+    plan = resolve_symbols(spec, plan_ranges)
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
     program = GraphLowering(captured).run()
     library = render_triton_library(program)
@@ -44,7 +44,8 @@ def main() -> int:
     shapes = {k.name: f"{dict(k.constexprs)} warps {k.num_warps}" for k in library.kernels}
     major, minor = torch.cuda.get_device_capability(0)
     path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
-    build_package(captured, path, targets=Targets(None, CudaTarget((major * 10 + minor,))))
+    export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=sys.argv[4] if len(sys.argv) > 4 else "bf16",
+                cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor))
     session = runtime.Model(path).session(device="cuda")
     inputs = make_inputs(name, example_module(REPO / "examples" / name / "model.py"), batch, seq)
     host = [to_numpy(x) for x in inputs]

@@ -10,17 +10,17 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from aotpack.build import BuildResult, build_package
-from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
-from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy, verify_package
+from aotpack.api import export_spec
+from aotpack.build import ExportResult
+from aotpack.exporter import load_model_file, parse_dynamic_specs
+from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
 
 
 @dataclass
 class Exported:
     model: torch.nn.Module  # the very instance that was exported: eager reference with the same weights
     spec: Any
-    result: BuildResult
+    result: ExportResult
 
     @property
     def signature(self) -> dict[str, Any]:
@@ -28,10 +28,10 @@ class Exported:
 
 
 def export(model_file: Path, out_dir: Path, dynamic: tuple[str, ...] = ()) -> Exported:
+    """Through the pipeline `aotpack export` runs, with its defaults (verification over the ranges included)."""
     spec = load_model_file(model_file)
-    plan = resolve_symbols(spec, parse_dynamic_specs(dynamic))
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    result = build_package(captured, out_dir / f"{Path(model_file).parent.name}.aotpack", verify=verify_package)
+    result = export_spec(spec, out_dir / f"{Path(model_file).parent.name}.aotpack",
+                         cli_ranges=parse_dynamic_specs(dynamic))
     return Exported(spec.model.eval(), spec, result)
 
 

@@ -1,39 +1,42 @@
-"""Export a module for CUDA and compare the runtime's CUDA outputs with eager PyTorch."""
+"""Export a module for CUDA through the public API (verification on, as users run it) and compare the runtime's
+CUDA outputs with PyTorch by the rule export uses (aotpack.verification.judge)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import aotpack
 import numpy as np
 import torch
-from aotpack.build import build_package
-from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.decompositions import decompositions
-from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
-from aotpack.verification import TOLERANCE, from_runtime, mismatch_report, relative_error, to_numpy
+from aotpack.exporter import ModelSpec
+from aotpack.verification import HALF_DTYPES, as_reference, from_runtime, judge, mismatch_report, to_numpy
 
 HERE = Path(__file__).resolve()
 
 
 def export_cuda(spec: ModelSpec, path: Path, arch: int, cpu: bool = False) -> Any:
-    plan = resolve_symbols(spec)
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    targets = Targets(CpuTarget("x86-64-v3") if cpu else None, CudaTarget((arch,)))
-    return build_package(captured, path, targets=targets)
+    """`spec` as aotpack.export takes it: the model, its examples, {input: {axis: symbol}} and the ranges."""
+    return aotpack.export(spec.model, spec.example_inputs, path, dynamic_shapes=dict(spec.dynamic_axes) or None,
+                          ranges=dict(spec.dynamic_ranges), target="cpu,cuda" if cpu else "cuda", cuda_arch=(arch,))
 
 
-def compare(outputs: list[np.ndarray], expected: list[torch.Tensor], signature: dict[str, Any], where: str) -> list[float]:
+def compare(outputs: list[np.ndarray], expected: list[torch.Tensor], signature: dict[str, Any], where: str,
+            half: list[torch.Tensor] | None = None) -> list[float]:
+    """`expected`: PyTorch's outputs in float32 (for a half-precision package, the model run in float32);
+    `half`: the model run in its half type, the noise floor, needed for half-precision outputs."""
     errors = []
-    for info, out, ref in zip(signature["outputs"], outputs, expected):
+    for i, (info, out, ref) in enumerate(zip(signature["outputs"], outputs, expected)):
         ref = ref.detach().cpu()
         if ref.is_floating_point():
-            ref_np = ref.float().numpy()
-            got = from_runtime(out, ref.dtype)
-            err = relative_error(got, ref_np)
-            assert got.shape == ref_np.shape and err <= TOLERANCE[info["dtype"]], f"{where}: " + mismatch_report(
-                info["name"], got, ref_np)
-            errors.append(err)
+            noise = None
+            if info["dtype"] in HALF_DTYPES:
+                assert half is not None, f"{where}: a {info['dtype']} output needs the half-precision model's outputs"
+                noise = as_reference(half[i])
+            j = judge(info["name"], info["dtype"], from_runtime(out, getattr(torch, info["dtype"])),
+                      as_reference(ref), noise)
+            assert j.passed, f"{where}: {j.explain()}"
+            errors.append(j.error)
         else:
             ref_np = to_numpy(ref)
             assert out.shape == ref_np.shape and (out == ref_np).all(), f"{where}: " + mismatch_report(

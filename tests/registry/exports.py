@@ -25,7 +25,7 @@ def mlp_package(tmp_path_factory, runtime_build) -> Path:
     result = run([*AOTPACK, "export", str(MLP), "--dynamic", "batch=1..64", "--version", "1.0.0",
                   "--meta", "license=MIT", "--meta", "source.revision=0123abc", "-o", str(path)])
     assert result.returncode == 0, result.stderr
-    assert "matches eager" in result.stderr
+    assert "verified at" in result.stderr and "FAILED" not in result.stderr
     return path
 
 

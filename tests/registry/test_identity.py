@@ -148,5 +148,5 @@ def test_a_change_outside_the_members_is_found_by_the_container_check(tmp_path):
     package = read_package(changed)
     assert package.members == read_package(path).members and package.digest == read_package(path).digest
     assert verify_digests(package) == [
-        f"the zip container differs from the layout aotpack writes for these members at byte 10 "
-        f"(file {len(data)} bytes, expected {len(data)})"]
+        (f"the zip container differs from the layout aotpack writes for these members at byte 10 "
+         f"(file {len(data)} bytes, expected {len(data)})")]

@@ -1,0 +1,221 @@
+"""Export-time verification: the package run through the real C++ runtime at points of its declared ranges,
+on every target this machine can run, against PyTorch (compare.py's rule), recorded in the manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from .. import progress
+from ..errors import AotpackError
+from ..exporter.frames import one_line
+from .compare import HALF_DTYPES, Judgement, as_reference, from_runtime, judge, to_numpy
+from .points import Point, example_symbols, inputs_at, range_points
+
+MODES = ("range", "example", "off")
+INPUTS_NOTE = "floats drawn from a fixed seed per point; integer and boolean inputs repeat the examples' values"
+
+
+class VerificationError(AotpackError):
+    """The package does not reproduce the model, or cannot be verified although verification was asked for."""
+
+
+@dataclass(frozen=True)
+class References:
+    """PyTorch's side of the comparison: the model in float32, and for a half-precision package the model in
+    its half type too (the noise floor), on the device they run on."""
+
+    float32: Any  # a callable module
+    half: Any | None
+    device: str
+
+    def outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        on_device = [x.to(self.device) for x in inputs]
+        widened = [x.float() if x.dtype in (torch.float16, torch.bfloat16) else x for x in on_device]
+        with torch.no_grad(), _no_tf32():
+            reference = [as_reference(t) for t in _tensors(self.float32(*widened))]
+            half = [as_reference(t) for t in _tensors(self.half(*on_device))] if self.half is not None else None
+        return reference, half
+
+
+def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, Any]:
+    """Runs the package at the points `mode` names and returns the manifest's verification record. Raises
+    VerificationError on any mismatch, and when no runtime library is found (the caller decides about "off")."""
+    from .. import runtime
+
+    if mode not in MODES or mode == "off":
+        raise ValueError(f"verify_package mode {mode!r}")
+    try:
+        runtime.library_path()
+    except runtime.AotpackError as e:
+        raise VerificationError(
+            f"cannot verify the package: {e}. Build the runtime (`make runtime` in a checkout, or set "
+            "AOTPACK_RUNTIME_LIB to libaotpack.so), or export with --verify=off to write it unverified") from e
+    model = runtime.Model(path)
+    sessions, not_verified = _sessions(runtime, model)
+    for entry in not_verified:
+        progress.current().line(f"not verified on {entry['target']}: {entry['reason']}")
+    signature = model.manifest["signature"]
+    points = [Point("example", example_symbols(signature, captured.example_inputs))]
+    if mode == "range":
+        points = range_points(signature["symbols"], points[0].symbols)
+    record: dict[str, Any] = {"mode": mode, "inputs": INPUTS_NOTE, "points": [], "not_verified": not_verified}
+    if not sessions:
+        record["passed"] = False
+        return record
+    refs = _references(captured, signature, cuda=any(device == "cuda" for device, _ in sessions))
+    record["reference"] = "float32" if refs.half is None else f"float32, with {_half_type(signature)} as the noise floor"
+    failures = []
+    for index, point in enumerate(points):
+        inputs = (inputs_at(signature, captured.example_inputs, point, seed=index) if point.label != "example"
+                  else _example_inputs(signature, captured.example_inputs))
+        try:
+            reference, half = refs.outputs(inputs)
+        except Exception as e:
+            if point.label == "example":
+                raise VerificationError(_eager_failed(point, e)) from e
+            # Made-up inputs can be invalid where the examples were not (indices that must stay below another
+            # symbol's size): the point is recorded and said to be unverified, never dropped in silence.
+            reason = _skipped(e)
+            record["points"].append({"label": point.label, "symbols": dict(point.symbols), "skipped": reason})
+            progress.current().line(f"verify {point.describe()}: SKIPPED: {reason}")
+            continue
+        for device, session in sessions:
+            start = time.perf_counter()
+            try:
+                outputs = session.run([to_numpy(x) for x in inputs])
+            except runtime.AotpackError as e:
+                raise VerificationError(f"verification at {point.describe()} on {device}: the runtime refused the "
+                                        f"inputs: {e} (an aotpack bug: please report it with the model)") from e
+            judgements = [judge(info["name"], info["dtype"], from_runtime(out, _torch_dtype(info["dtype"])), ref,
+                                h if info["dtype"] in HALF_DTYPES else None)
+                          for info, out, ref, h in zip(signature["outputs"], outputs, reference,
+                                                       half or [None] * len(reference))]
+            passed = all(j.passed for j in judgements)
+            record["points"].append({"label": point.label, "symbols": dict(point.symbols), "device": device,
+                                     "outputs": [j.record() for j in judgements], "passed": passed})
+            progress.current().line(_progress_line(point, device, judgements, time.perf_counter() - start))
+            failures += [(point, device, j) for j in judgements if not j.passed]
+        if failures:
+            raise VerificationError(_failure(failures))
+    record["passed"] = True
+    return record
+
+
+def _sessions(runtime: Any, model: Any) -> tuple[list[tuple[str, Any]], list[dict[str, str]]]:
+    """A session on each target in the package that this machine can run, and why the others were not."""
+    kinds = [t["kind"] for t in model.manifest.get("targets", [])]
+    sessions: list[tuple[str, Any]] = []
+    not_verified = []
+    if "cpu" in kinds:
+        sessions.append(("cpu", model.session(num_threads=min(os.cpu_count() or 1, 8))))
+    if "cuda" in kinds:
+        try:
+            sessions.append(("cuda", model.session(device="cuda")))
+        except runtime.AotpackError as e:
+            not_verified.append({"target": "cuda", "reason": _no_gpu_reason(str(e))})
+    return sessions, not_verified
+
+
+def _no_gpu_reason(message: str) -> str:
+    """"no GPU here" and the short cause when that is what the runtime found, else its own words."""
+    lowered = message.lower()
+    if "libcuda" in lowered:
+        return "no GPU here (no NVIDIA driver: libcuda.so.1 not found)"
+    if "no cuda device" in lowered or "no_device" in lowered or "no device" in lowered:
+        return "no GPU here (the driver sees no CUDA device)"
+    return message
+
+
+def _references(captured: Any, signature: dict[str, Any], cuda: bool) -> References:
+    """The float32 model (the weights before any --dtype cast) and, for a half package, the half model."""
+    device = "cuda" if cuda and torch.cuda.is_available() else "cpu"
+    half_package = any(o["dtype"] in HALF_DTYPES for o in signature["outputs"])
+    model = captured.model
+    if not half_package:
+        return References(_on(model, device), None, device)
+    float32 = captured.float32_model if captured.float32_model is not None else _float32_copy(model)
+    return References(_on(float32, device), _on(model, device), device)
+
+
+def _on(module: Any, device: str) -> Any:
+    """The module on `device`; a copy when it must move, so the caller's model stays where it was."""
+    return module if device == "cpu" else copy.deepcopy(module).to(device)
+
+
+def _float32_copy(module: Any) -> Any:
+    """A model given in a half type has no float32 weights to go back to; its weights widened are the closest
+    reference (it then measures the kernels' error, not the rounding of the weights)."""
+    return copy.deepcopy(module).float()
+
+
+@contextlib.contextmanager
+def _no_tf32() -> Iterator[None]:
+    """A float32 reference on a GPU must not multiply in TF32 (cuDNN convolutions default to it)."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """Tuples, dicts, Hugging Face ModelOutputs: flattened as torch.export flattens outputs."""
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _example_inputs(signature: dict[str, Any], examples: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """At the example point: the examples' own integer values, floats drawn from seed 0."""
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(x.shape, generator=gen).to(x.dtype) if x.is_floating_point() else x.clone()
+            for x in examples]
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def _half_type(signature: dict[str, Any]) -> str:
+    return next(o["dtype"] for o in signature["outputs"] if o["dtype"] in HALF_DTYPES)
+
+
+def _progress_line(point: Point, device: str, judgements: list[Judgement], seconds: float) -> str:
+    errors = ", ".join(f"{j.name} {j.error:.1e}{' <= ' if j.passed else ' > '}{j.allowed:.1e}" for j in judgements)
+    verdict = "ok" if all(j.passed for j in judgements) else "FAILED"
+    return f"verify {device} {point.describe()}: {errors} {verdict} ({seconds:.2f} s)"
+
+
+def _failure(failures: list[tuple[Point, str, Judgement]]) -> str:
+    lines = [f"at {point.describe()} on {device}: {j.explain()}" for point, device, j in failures]
+    if all(j.half_overflows for _, _, j in failures):
+        cause = "The model itself overflows in the half type at these points (see above); this is not an aotpack bug."
+    else:
+        cause = ("This is an aotpack bug: please report it with the model. `--verify=off` writes the package "
+                 "anyway, unverified.")
+    return ("the exported package does not reproduce the model, so it was not written:\n  "
+            + "\n  ".join(lines) + "\n" + cause)
+
+
+def _eager_failed(point: Point, e: Exception) -> str:
+    return (f"verification at {point.describe()}: PyTorch itself failed to run the model on the example inputs: "
+            f"{type(e).__name__}: {one_line(str(e))}")
+
+
+def _skipped(e: Exception) -> str:
+    return (f"PyTorch cannot run the model on the inputs verification made here ({type(e).__name__}: "
+            f"{one_line(str(e), 160)}); if the model cannot run at these sizes, narrow the range with --dynamic, "
+            "else check this point with your own inputs")
