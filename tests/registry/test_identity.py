@@ -150,3 +150,22 @@ def test_a_change_outside_the_members_is_found_by_the_container_check(tmp_path):
     assert verify_digests(package) == [
         (f"the zip container differs from the layout aotpack writes for these members at byte 10 "
          f"(file {len(data)} bytes, expected {len(data)})")]
+
+
+def test_python_export_api_records_metadata_and_makes_default_names_registry_safe(tmp_path, runtime_build):
+    import torch
+
+    import aotpack
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh())
+    x = torch.randn(2, 8)
+    result = aotpack.export(model, (x,), tmp_path / "MyNet.aotpack", version="2.1.0", verify="off",
+                            metadata={"license": "Apache-2.0", "source.revision": "feedbeef"})
+    package = read_package(result.path)
+    assert package.manifest["name"] == "mynet" and package.manifest["version"] == "2.1.0"
+    assert package.manifest["user_metadata"] == {"license": "Apache-2.0", "source.revision": "feedbeef"}
+    with pytest.raises(identity.IdentityError, match="version 'v2' is not a semantic version"):
+        aotpack.export(model, (x,), tmp_path / "x.aotpack", version="v2", verify="off")
+    with pytest.raises(identity.IdentityError, match="name 'My Net' is not a registry-safe package name"):
+        aotpack.export(model, (x,), tmp_path / "x.aotpack", name="My Net", verify="off")
+    assert not (tmp_path / "x.aotpack").exists()
