@@ -76,13 +76,18 @@ def diff(old: str, new: str, check_version: bool, as_json: bool) -> None:
 @click.option("--model", "model_file", type=click.Path(exists=True, dir_okay=False),
               help="The model.py the package was exported from: lowers the weights as export does and verifies "
                    "the new package against eager PyTorch.")
+@click.option("--dtype", "dtype", metavar="DTYPE",
+              help="With --model: the --dtype the package was exported with (bf16, fp16), to cast the new weights alike.")
 @click.option("--version", "version", help="The new package's version (default: a patch bump).")
-def refit(package: str, weights: str, output: str, model_file: str | None, version: str | None) -> None:
+def refit(package: str, weights: str, output: str, model_file: str | None, dtype: str | None,
+          version: str | None) -> None:
     """New weights into PACKAGE's kernels and plan, written to OUTPUT."""
     from .packages.reader import read_package
     from .refit import refit_package
 
-    manifest = refit_package(package, weights, output, version=version, model_file=model_file)
+    if dtype is not None and model_file is None:
+        raise click.UsageError("--dtype needs --model (without it the weights are the package's own tensors)")
+    manifest = refit_package(package, weights, output, version=version, model_file=model_file, dtype=dtype)
     record = manifest.get("verification")
     ran = [p for p in (record or {}).get("points", []) if "device" in p]
     checked = (f"verified against PyTorch at {len(ran)} point(s)" if record and record.get("passed") and ran

@@ -24,7 +24,7 @@ from .packages.writer import canonical_json
 
 
 def refit_package(package: str | Path, weights: str | Path, output: str | Path, *, version: str | None = None,
-                  model_file: str | Path | None = None) -> dict[str, Any]:
+                  model_file: str | Path | None = None, dtype: str | None = None) -> dict[str, Any]:
     """Writes `output` from `package` with the weights in the safetensors file `weights`; the final manifest."""
     try:
         tensors = safetensors.torch.load_file(str(weights))
@@ -33,15 +33,23 @@ def refit_package(package: str | Path, weights: str | Path, output: str | Path, 
     if model_file is None:
         # Re-serialised as export serialises, so equal weights give an equal member.
         return refit(package, safetensors.torch.save(tensors), output, version=version, where=str(weights))
-    captured, lowered_weights = _lower_like_export(Path(package), Path(model_file), tensors, str(weights))
+    captured, lowered_weights = _lower_like_export(Path(package), Path(model_file), tensors, str(weights), dtype)
     from .verification import verify_package
 
     return refit(package, safetensors.torch.save(lowered_weights), output, version=version, where=str(weights),
                  verify=lambda trial: verify_package(trial, captured))
 
 
-def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, torch.Tensor], where: str):
-    from .exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
+def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, torch.Tensor], where: str,
+                       dtype: str | None):
+    from .exporter import (
+        capture,
+        load_model_file,
+        parse_dtype,
+        parse_dynamic_specs,
+        resolve_symbols,
+        with_dtype,
+    )
     from .lowering.decompositions import decompositions
     from .lowering.stages import run_stages
     from .lowering.targets import CpuTarget, CudaTarget, Targets
@@ -60,6 +68,8 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         raise RefitError(f"{where} does not fit the model of {model_file}: {len(problems)} mismatch(es):\n  "
                          + "\n  ".join(problems))
     spec.model.load_state_dict(tensors, strict=True)
+    if dtype is not None:  # as export --dtype: the new weights are cast as the exported ones were
+        spec = with_dtype(spec, parse_dtype(dtype))
     symbols = package.manifest["signature"]["symbols"]
     plan = resolve_symbols(spec, parse_dynamic_specs([f"{s['name']}={s['min']}..{s['max']}" for s in symbols]))
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
@@ -73,8 +83,11 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
     if cuda is not None:
         same = same and lowered.triton.source.encode() == package.members.get(layout.CUDA_SOURCE)
     if not same:
+        halves = sorted({t["dtype"] for t in package.manifest["signature"]["inputs"]} & {"bfloat16", "float16"})
+        hint = (f"; the package takes {halves[0]}: was it exported with --dtype? pass the same --dtype to refit"
+                if halves and dtype is None else "")
         raise RefitError(f"{model_file} with {where} lowers to a different plan or kernels than {package_path} "
-                         "(the model or aotpack changed since export): export it again instead of refitting")
+                         f"(the model or aotpack changed since export): export it again instead of refitting{hint}")
     return captured, lowered.program.weights
 
 

@@ -5,6 +5,7 @@ Kept free of MLflow imports: the serving side needs only aotpack's runtime and n
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,14 +14,14 @@ import numpy as np
 
 
 class AotpackPyfunc:
-    """One loaded package and one runtime session; MLflow calls `predict` from one thread at a time per
-    model object (a session belongs to one thread at a time)."""
+    """One loaded package (immutable, shared) and a runtime session per calling thread: a session belongs to
+    one thread at a time, and a server may call `predict` from several."""
 
     def __init__(self, package: Path):
         from .. import runtime
 
         self.model = runtime.Model(package)
-        self.session = self.model.session()
+        self._local = threading.local()
         signature = self.model.manifest["signature"]
         self.input_names = [t["name"] for t in signature["inputs"]]
         self.output_names = [t["name"] for t in signature["outputs"]]
@@ -33,7 +34,10 @@ class AotpackPyfunc:
         else:
             raise ValueError(f"this model takes {len(self.input_names)} inputs: pass a dict with the keys "
                              f"{', '.join(self.input_names)}")
-        outputs = self.session.run(inputs)
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = self.model.session()
+        outputs = session.run(inputs)
         if len(outputs) == 1:
             return outputs[0]
         return dict(zip(self.output_names, outputs))

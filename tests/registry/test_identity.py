@@ -153,9 +153,8 @@ def test_a_change_outside_the_members_is_found_by_the_container_check(tmp_path):
 
 
 def test_python_export_api_records_metadata_and_makes_default_names_registry_safe(tmp_path, runtime_build):
-    import torch
-
     import aotpack
+    import torch
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh())
     x = torch.randn(2, 8)

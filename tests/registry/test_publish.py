@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,11 @@ def test_mlflow_model_loads_and_predicts_like_eager(mlp_package, tmp_path, runti
         y = model.predict(x)
         assert y.shape == ref.shape and rel_error(y, ref) <= 1e-5
         assert rel_error(model.predict({"input": x}), ref) <= 1e-5
+    # A server may predict from several threads: each gets its own runtime session.
+    points = list(_eager_points())
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda point: model.predict(point[0]), points * 2))
+    assert all(rel_error(y, ref) <= 1e-5 for y, (_, ref) in zip(results, points * 2))
 
 
 def test_mlflow_logs_to_a_file_store_registry(mlp_package, tmp_path, runtime_build, monkeypatch):

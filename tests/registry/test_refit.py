@@ -113,3 +113,29 @@ def test_refit_version_must_be_semver(mlp_package, tmp_path, version):
     result = run([*AOTPACK, "refit", str(mlp_package), "--weights", str(weights), "-o", str(tmp_path / "x.aotpack"),
                   "--version", version])
     assert result.returncode == 1 and "is not a semantic version" in result.stderr
+
+
+def test_refit_of_a_bf16_export_with_the_same_dtype(tmp_path, runtime_build):
+    """A package exported with --dtype bf16 takes float32 training weights with refit --dtype bf16."""
+    from aotpack import runtime
+    from aotpack.verification import from_runtime, to_numpy
+
+    package = tmp_path / "mlp-bf16.aotpack"
+    exported = run([*AOTPACK, "export", str(MLP), "--dynamic", "batch=1..16", "--dtype", "bf16", "--version", "1.0.0",
+                    "-o", str(package)])
+    assert exported.returncode == 0, exported.stderr
+    model = _retrained(steps=5)
+    weights = tmp_path / "retrained.safetensors"
+    safetensors.torch.save_file(model.state_dict(), str(weights))
+    out = tmp_path / "refit.aotpack"
+    refused = run([*AOTPACK, "refit", str(package), "--weights", str(weights), "--model", str(MLP), "-o", str(out)])
+    assert refused.returncode == 1 and "pass the same --dtype to refit" in refused.stderr
+    done = run([*AOTPACK, "refit", str(package), "--weights", str(weights), "--model", str(MLP), "--dtype", "bf16",
+                "-o", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert read_package(out).manifest["verification"]["passed"] is True
+    x = torch.randn(9, 32, generator=torch.Generator().manual_seed(4))
+    (y,) = runtime.Model(out).session().run([to_numpy(x.bfloat16())])
+    with torch.no_grad():
+        ref = model(x).numpy()
+    assert rel_error(from_runtime(y, torch.bfloat16), ref) <= 2e-2  # bfloat16's 8 bits of mantissa
