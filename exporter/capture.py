@@ -59,6 +59,8 @@ def capture(
         else:
             inputs, example_notes = capture_examples(spec, symbols)
             spec.model.eval()
+            if spec.float32_model is not None:  # verification's reference runs as the package does: for inference
+                spec.float32_model.eval()
             try:
                 with torch.no_grad(), quiet_torch():
                     # Non-strict: the user's Python runs as written, so their errors carry their own frames.

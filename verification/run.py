@@ -3,11 +3,10 @@ on every target this machine can run, against PyTorch (compare.py's rule), recor
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,16 @@ class VerificationError(AotpackError):
 @dataclass(frozen=True)
 class References:
     """PyTorch's side of the comparison: the model in float32, and for a half-precision package the model in
-    its half type too (the noise floor), on the device they run on."""
+    its half type too (the noise floor), both eager on the CPU."""
 
     float32: Any  # a callable module
     half: Any | None
-    device: str
 
     def outputs(self, inputs: Sequence[torch.Tensor]) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-        on_device = [x.to(self.device) for x in inputs]
-        widened = [x.float() if x.dtype in (torch.float16, torch.bfloat16) else x for x in on_device]
-        with torch.no_grad(), _no_tf32():
+        widened = [x.float() if x.dtype in (torch.float16, torch.bfloat16) else x for x in inputs]
+        with torch.no_grad():
             reference = [as_reference(t) for t in _tensors(self.float32(*widened))]
-            half = [as_reference(t) for t in _tensors(self.half(*on_device))] if self.half is not None else None
+            half = [as_reference(t) for t in _tensors(self.half(*inputs))] if self.half is not None else None
         return reference, half
 
 
@@ -73,7 +70,7 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
     if not sessions:
         record["passed"] = False
         return record
-    refs = _references(captured, signature, cuda=any(device == "cuda" for device, _ in sessions))
+    refs = _references(captured, signature)
     record["reference"] = "float32" if refs.half is None else f"float32, with {_half_type(signature)} as the noise floor"
     failures = []
     for index, point in enumerate(points):
@@ -137,40 +134,24 @@ def _no_gpu_reason(message: str) -> str:
     return message
 
 
-def _references(captured: Any, signature: dict[str, Any], cuda: bool) -> References:
-    """The float32 model (the weights before any --dtype cast) and, for a half package, the half model."""
-    device = "cuda" if cuda and torch.cuda.is_available() else "cpu"
+def _references(captured: Any, signature: dict[str, Any]) -> References:
+    """The float32 model (the weights before any --dtype cast) and, for a half package, the half model.
+
+    Both run on the CPU, also when the package is verified on a GPU: a user's model may keep CPU tensors that
+    only work there, and an eager CUDA kernel that trips a device-side assert (an index out of range on made-up
+    inputs) would poison the CUDA context the runtime shares in this process."""
     half_package = any(o["dtype"] in HALF_DTYPES for o in signature["outputs"])
     model = captured.model
     if not half_package:
-        return References(_on(model, device), None, device)
+        return References(model, None)
     float32 = captured.float32_model if captured.float32_model is not None else _float32_copy(model)
-    return References(_on(float32, device), _on(model, device), device)
-
-
-def _on(module: Any, device: str) -> Any:
-    """The module on `device`; a copy when it must move, so the caller's model stays where it was."""
-    return module if device == "cpu" else copy.deepcopy(module).to(device)
+    return References(float32, model)
 
 
 def _float32_copy(module: Any) -> Any:
     """A model given in a half type has no float32 weights to go back to; its weights widened are the closest
     reference (it then measures the kernels' error, not the rounding of the weights)."""
     return copy.deepcopy(module).float()
-
-
-@contextlib.contextmanager
-def _no_tf32() -> Iterator[None]:
-    """A float32 reference on a GPU must not multiply in TF32 (cuDNN convolutions default to it)."""
-    if not torch.cuda.is_available():
-        yield
-        return
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "cpu_features.hpp"
+#include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
 
@@ -44,33 +44,8 @@ Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
           .prefixed(kProgramMember));
   AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
-  bool has_cuda = false;
-  CudaPlan cuda_plan;
-  // A CUDA part this runtime cannot read leaves the CPU part usable; a CUDA session then says why.
-  Status cuda = parse_cuda_plan(package_.manifest(), program_doc, program_, &has_cuda, &cuda_plan);
-  if (!cuda.ok()) cuda_unavailable_ = cuda.message();
-  if (cuda.ok() && has_cuda) cuda_.reset(new CudaModel(&package_, &program_, &weight_data_, std::move(cuda_plan)));
-  Status cpu = load_kernels();
-  if (!cpu.ok() && !cuda.ok()) return cuda;
-  if (!cpu.ok() && !(has_cuda && cpu.code() == AOTPACK_UNSUPPORTED)) return cpu;
-  if (!cpu.ok()) cpu_unavailable_ = cpu.message();  // a CUDA package may still run on a CUDA device
-
-  weight_data_.assign(program_.buffers.size(), nullptr);
-  for (size_t i = 0; i < program_.buffers.size(); ++i) {
-    const Buffer& b = program_.buffers[i];
-    if (b.kind != BufferKind::kWeight) continue;
-    const safetensors::TensorView& t = weights_[b.weight];
-    // Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
-    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
-      std::unique_ptr<uint8_t[]> copy(new uint8_t[t.size + 64]);
-      uint8_t* p = copy.get() + (64 - reinterpret_cast<uintptr_t>(copy.get()) % 64) % 64;
-      std::memcpy(p, t.data, t.size);
-      weight_data_[i] = p;
-      weight_copies_.push_back(std::move(copy));
-    } else {
-      weight_data_[i] = t.data;
-    }
-  }
+  place_weights();
+  AOTPACK_RETURN_IF_ERROR(load_targets(program_doc));
   build_infos();
   return Status();
 }
@@ -137,47 +112,59 @@ Status aotpack_model::check_signature() const {
   return Status();
 }
 
-Status aotpack_model::load_kernels() {
-  JsonReader r("manifest.json");
-  const std::vector<json::Value>* targets;
-  AOTPACK_RETURN_IF_ERROR(r.array_field(package_.manifest(), "", "targets", &targets));
-  // Among the CPU targets, the highest isa this host runs; else the reason the lowest one cannot run.
-  int best = -1, best_level = -1, lowest_level = 1 << 30;
-  Status lowest_failure;
-  std::vector<std::string> libraries(targets->size());
-  for (size_t i = 0; i < targets->size(); ++i) {
-    std::string path = JsonReader::join("targets", i);
-    std::string kind, arch, isa;
-    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "kind", &kind));
-    if (kind != "cpu") continue;
-    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "arch", &arch));
-    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "isa", &isa));
-    AOTPACK_RETURN_IF_ERROR(r.string_field((*targets)[i], path, "library", &libraries[i]));
-    int level = isa_level(isa);
-    Status supported = check_host_supports(arch, isa);
-    if (supported.ok() && level > best_level) {
-      best = static_cast<int>(i);
-      best_level = level;
-    }
-    if (!supported.ok() && level < lowest_level) {
-      lowest_level = level;
-      lowest_failure = supported.prefixed(str_cat("manifest.json targets[", i, "]"));
+// Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
+void aotpack_model::place_weights() {
+  weight_data_.assign(program_.buffers.size(), nullptr);
+  for (size_t i = 0; i < program_.buffers.size(); ++i) {
+    const Buffer& b = program_.buffers[i];
+    if (b.kind != BufferKind::kWeight) continue;
+    const safetensors::TensorView& t = weights_[b.weight];
+    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+      std::unique_ptr<uint8_t[]> copy(new uint8_t[t.size + 64]);
+      uint8_t* p = copy.get() + (64 - reinterpret_cast<uintptr_t>(copy.get()) % 64) % 64;
+      std::memcpy(p, t.data, t.size);
+      weight_data_[i] = p;
+      weight_copies_.push_back(std::move(copy));
+    } else {
+      weight_data_[i] = t.data;
     }
   }
-  if (best < 0) {
-    if (!lowest_failure.ok()) return lowest_failure;
-    return unsupported("no CPU kernel library: manifest.json \"targets\" has no entry of kind \"cpu\"");
+}
+
+// Each backend loads its part of the package. The package loads when one of them can run here; a failure its
+// backend does not tolerate fails the load even so (a damaged CPU library does, a CUDA part this runtime
+// cannot read does not: a CUDA session then says why). When none loads, the load fails with the last
+// failure in registry order (the CPU's first: a CUDA-only package reports its CUDA part).
+Status aotpack_model::load_targets(const json::Value& program_doc) {
+  const PackageParts parts{&package_, &program_doc, &program_, &weight_data_};
+  Status last_failure, intolerable;
+  bool any_loaded = false;
+  targets_.resize(num_backends());
+  for (size_t i = 0; i < num_backends(); ++i) {
+    const Backend& b = backend(i);
+    Target& t = targets_[i];
+    t.why_not = b.load(parts, &t.executable);
+    if (t.executable) {
+      t.why_not = Status();
+      any_loaded = true;
+    } else if (!t.why_not.ok()) {
+      last_failure = t.why_not;
+      if (intolerable.ok() && !b.load_failure_is_tolerable(t.why_not)) intolerable = t.why_not;
+    }
   }
-  const std::string& library = libraries[best];
-  MemberBytes bytes;
-  AOTPACK_RETURN_IF_ERROR(package_.member(library, &bytes));
-  AOTPACK_RETURN_IF_ERROR(KernelLibrary::open(library, bytes.data, bytes.size, &kernels_));
-  step_kernels_.resize(program_.steps.size());
-  for (size_t i = 0; i < program_.steps.size(); ++i) {
-    AOTPACK_RETURN_IF_ERROR(kernels_->kernel(program_.steps[i].kernel, &step_kernels_[i])
-                                .prefixed(str_cat("program.json steps[", i, "]")));
+  if (!any_loaded && !last_failure.ok()) return last_failure;
+  if (!any_loaded) {  // every backend found no target of its kind (the CPU's reports that as a failure)
+    std::string kinds;
+    for (size_t i = 0; i < num_backends(); ++i) kinds += str_cat(i ? ", " : "", backend(i).kind);
+    return unsupported("manifest.json \"targets\" has no target this runtime runs (", kinds, ")");
   }
-  return Status();
+  return intolerable;
+}
+
+const Executable* aotpack_model::executable(size_t backend_index, Status* why) const {
+  const Target& t = targets_[backend_index];
+  *why = t.why_not;
+  return t.executable.get();
 }
 
 void aotpack_model::build_infos() {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend_registry.hpp"
 #include "dtype.hpp"
 
 using namespace aotpack;
@@ -9,7 +10,6 @@ using namespace aotpack;
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr size_t kMaxKernelMessage = 4096;
 
 std::string dtype_label(aotpack_dtype_t dtype) {
   const char* name = dtype_name(dtype);
@@ -19,31 +19,16 @@ std::string dtype_label(aotpack_dtype_t dtype) {
 
 }  // namespace
 
-Status aotpack_session::allocate(int64_t bytes, const char* what, Memory* out) {
-  // Round up to the alignment (aligned_alloc requires a multiple) and never ask for 0 bytes.
-  uint64_t size = (static_cast<uint64_t>(bytes) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-  if (size == 0) size = kArenaAlignment;
-  void* p = std::aligned_alloc(kArenaAlignment, size);
-  if (!p) return resource_exhausted("cannot allocate ", bytes, " bytes for ", what);
-  std::memset(p, 0, size);  // touch the pages now rather than in the first run
-  out->reset(static_cast<uint8_t*>(p));
-  return Status();
-}
-
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
-  const bool cuda = options.device_type == AOTPACK_DEVICE_CUDA;
-  if (cuda && !model->cuda() && !model->cuda_unavailable().empty())
-    return unsupported("the package's CUDA kernels cannot be used: ", model->cuda_unavailable());
-  if (cuda && !model->cuda())
-    return unsupported("the package has no CUDA kernels (export it with --target cuda or cpu,cuda); use the CPU device");
-  if (!cuda && options.device_type != AOTPACK_DEVICE_CPU)
+  size_t backend_index = 0;
+  if (!find_backend(options.device_type, &backend_index))
     return invalid_argument("unknown device_type ", static_cast<int>(options.device_type));
-  if (!cuda && !model->has_cpu_kernels())
-    return unsupported("the package has no CPU kernels this host can run (", model->cpu_unavailable(),
-                       "); use a CUDA device");
-  if (!cuda && options.device_index != 0)
-    return invalid_argument("device_index ", options.device_index, " does not exist: the CPU device is index 0");
+  const Backend& b = backend(backend_index);
+  Status why_not;
+  const Executable* executable = model->executable(backend_index, &why_not);
+  if (!executable) return b.unavailable(why_not);
+  AOTPACK_RETURN_IF_ERROR(b.check_device_index(options.device_index));
   if (options.num_threads < 1 || options.num_threads > kMaxThreads)
     return invalid_argument("num_threads is ", options.num_threads, ", expected 1..", kMaxThreads);
   if (options.io_memory != AOTPACK_MEMORY_HOST && options.io_memory != AOTPACK_MEMORY_DEVICE)
@@ -52,65 +37,17 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
 
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
-  // The CPU's device memory is host memory, so only a CUDA session has anything else to offer.
-  s->device_io_ = cuda && options.io_memory == AOTPACK_MEMORY_DEVICE;
-  AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, model->kernel_scratch_bytes(), &s->pool_));
-  if (!cuda) AOTPACK_RETURN_IF_ERROR(allocate(program.arena_bytes, "the arena", &s->arena_));
-  s->outputs_.resize(program.outputs.size());
+  s->input_data_.assign(program.inputs.size(), nullptr);
   s->output_shapes_.resize(program.outputs.size());
-  s->buffer_data_.assign(program.buffers.size(), nullptr);
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const Buffer& b = program.buffers[i];
-    switch (b.kind) {
-      case BufferKind::kInput: break;
-      case BufferKind::kWeight: s->buffer_data_[i] = const_cast<void*>(model->weight_data(i)); break;
-      case BufferKind::kArena: s->buffer_data_[i] = cuda ? nullptr : s->arena_.get() + b.offset; break;
-      case BufferKind::kOutput: {
-        if (s->device_io_) break;  // outputs stay in the CUDA session's device memory
-        std::string what = str_cat("output ", quoted(program.outputs[b.port].name));
-        AOTPACK_RETURN_IF_ERROR(allocate(b.max_bytes, what.c_str(), &s->outputs_[b.port]));
-        s->buffer_data_[i] = s->outputs_[b.port].get();
-        break;
-      }
-    }
-  }
-  s->step_args_.resize(program.steps.size());
-  for (size_t i = 0; i < program.steps.size(); ++i) s->step_args_[i].assign(program.steps[i].args.size() + 1, nullptr);
   s->symbols_.assign(program.symbols.size() + 1, 0);  // +1: never an empty array for kernels to point into
   s->bound_.assign(program.symbols.size(), 0);
-  s->ctx_.abi_version = AOTPACK_KERNEL_ABI_VERSION;
-  s->ctx_.num_threads = options.num_threads;
-  s->ctx_.parallel_for = &aotpack_session::ctx_parallel_for;
-  s->ctx_.report_error = &aotpack_session::ctx_report_error;
-  s->ctx_.runtime = s.get();
-  if (cuda) {  // the arena lives on the device; with host I/O, outputs_ receive the results
-    AOTPACK_RETURN_IF_ERROR(
-        CudaSession::create(*model->cuda(), program, options.device_index, s->device_io_, &s->cuda_));
-  }
-  s->ctx_.thread_scratch = &aotpack_session::ctx_thread_scratch;
+  WorkspaceOptions workspace_options;
+  workspace_options.device_index = options.device_index;
+  workspace_options.num_threads = options.num_threads;
+  workspace_options.io_memory = options.io_memory;
+  AOTPACK_RETURN_IF_ERROR(executable->create_workspace(workspace_options, &s->workspace_));
   *out = std::move(s);
   return Status();
-}
-
-void aotpack_session::ctx_parallel_for(const aotpack_kernel_ctx* ctx, int64_t n, int64_t grain, aotpack_range_fn fn,
-                                       void* closure) {
-  static_cast<aotpack_session*>(ctx->runtime)->pool_->parallel_for(n, grain, fn, closure);
-}
-
-void* aotpack_session::ctx_thread_scratch(const aotpack_kernel_ctx* ctx) {
-  return static_cast<aotpack_session*>(ctx->runtime)->pool_->scratch();
-}
-
-void aotpack_session::ctx_report_error(const aotpack_kernel_ctx* ctx, const char* message) {
-  auto* s = static_cast<aotpack_session*>(ctx->runtime);
-  std::lock_guard<std::mutex> lock(s->error_mu_);
-  if (s->kernel_failed_.load()) return;
-  try {
-    s->kernel_error_ = message ? std::string(message, strnlen(message, kMaxKernelMessage)) : "(no message)";
-  } catch (...) {
-    // Out of memory while failing: the run still fails, with a shorter message.
-  }
-  s->kernel_failed_.store(true);
 }
 
 std::string aotpack_session::symbol_values() const {
@@ -167,7 +104,7 @@ Status aotpack_session::check_inputs(const aotpack_tensor_t* inputs, size_t num_
         return invalid_argument("input ", quoted(name), ": its size overflows 64 bits");
     }
     if (bytes > 0 && !t.data) return invalid_argument("input ", quoted(name), ": data is NULL");
-    buffer_data_[p.inputs[i].buffer] = t.data;
+    input_data_[i] = t.data;
   }
   return Status();
 }
@@ -198,37 +135,13 @@ Status aotpack_session::plan_buffers() {
   return Status();
 }
 
-Status aotpack_session::run_steps() {
-  const Program& p = model_->program();
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    const Step& step = p.steps[s];
-    std::vector<void*>& args = step_args_[s];
-    for (size_t a = 0; a < step.args.size(); ++a) args[a] = buffer_data_[step.args[a]];
-    model_->step_kernel(s)(&ctx_, args.data(), symbols_.data());
-    if (kernel_failed_.load()) {
-      std::lock_guard<std::mutex> lock(error_mu_);
-      return invalid_argument("step ", s, " (kernel ", step.kernel, ") failed: ", kernel_error_);
-    }
-  }
-  return Status();
-}
-
 Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   have_outputs_ = false;
-  kernel_failed_.store(false);
   AOTPACK_RETURN_IF_ERROR(check_inputs(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(plan_buffers());
-  if (cuda_) {
-    const Program& p = model_->program();
-    std::vector<const void*> input_data(p.inputs.size());
-    std::vector<void*> outputs_host(p.outputs.size());
-    for (size_t i = 0; i < p.inputs.size(); ++i) input_data[i] = buffer_data_[p.inputs[i].buffer];
-    for (size_t i = 0; i < p.outputs.size(); ++i) outputs_host[i] = device_io_ ? nullptr : outputs_[i].get();
-    AOTPACK_RETURN_IF_ERROR(cuda_->run(input_data, symbols_.data(), outputs_host));
-    have_outputs_ = true;
-    return Status();
-  }
-  AOTPACK_RETURN_IF_ERROR(run_steps());
+  AOTPACK_RETURN_IF_ERROR(workspace_->bind_inputs(input_data_.data(), symbols_.data()));
+  AOTPACK_RETURN_IF_ERROR(workspace_->run_steps(symbols_.data()));
+  AOTPACK_RETURN_IF_ERROR(workspace_->collect_outputs(symbols_.data()));
   have_outputs_ = true;
   return Status();
 }
@@ -242,6 +155,6 @@ Status aotpack_session::output(size_t index, aotpack_tensor_t* out) const {
   out->dtype = b.dtype;
   out->rank = static_cast<int32_t>(b.shape.size());
   out->shape = output_shapes_[index].data();
-  out->data = device_io_ ? reinterpret_cast<void*>(cuda_->output(index)) : outputs_[index].get();
+  out->data = workspace_->output_data(index);
   return Status();
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_driver.hpp"
+#include "backends/cuda/cuda_driver.hpp"
 #include "expr.hpp"
 #include "json.hpp"
 #include "json_reader.hpp"
@@ -204,6 +204,12 @@ static void test_device_pointer_checks() {
   no_range.range_size = 0;
   CHECK(verdict(no_range, 1 << 30).empty());
   CHECK(check_device_memory(unknown, p, 4, 0, ours, "w", "d").code() == AOTPACK_INVALID_ARGUMENT);
+  // The verdict alone, as a run takes it (no message built).
+  CHECK(device_memory_problem(device, p, 0x1000, 0, ours) == DeviceMemoryProblem::kNone);
+  CHECK(device_memory_problem(device, p, 0x1001, 0, ours) == DeviceMemoryProblem::kTooShort);
+  CHECK(device_memory_problem(unknown, p, 4, 0, ours) == DeviceMemoryProblem::kUnknown);
+  CHECK(device_memory_problem(managed, p, 4, 0, ours) == DeviceMemoryProblem::kNone);
+  CHECK(device_memory_problem(outside, p, 4, 0, ours) == DeviceMemoryProblem::kOutsideAllocation);
 }
 
 int main() {

@@ -8,6 +8,7 @@ element-by-element path of both operands is checked too.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from aotpack.lowering.decompositions import decompositions
 from aotpack.lowering.graph import GraphLowering
 from aotpack.lowering.ir import GatheredOperand, MatmulKernel, Program, operand_vars, split_gather
 from aotpack.lowering.scalar import Load, Op
-from aotpack.verification import TOLERANCE, from_runtime, mismatch_report, relative_error, to_numpy
+from aotpack.verification import as_reference, from_runtime, judge, to_numpy
 from torch import nn
 
 HERE = Path(__file__).resolve()
@@ -86,16 +87,19 @@ def unsplittable_operands(program: Program) -> Program:
 
 
 def _check(result, model: nn.Module, rt, dtype: torch.dtype) -> None:
+    """Against float32 on the same (rounded) weights and inputs, with the model in `dtype` as the noise floor."""
     session = rt.Model(result.path).session(num_threads=2)
+    reference = copy.deepcopy(model).float()
     for batch, width in ((1, 6), (3, 20), (4, 11)):
         inputs = convs_inputs(batch, width, dtype)
-        with torch.no_grad():  # float32 reference on the same (rounded) weights and inputs
-            expected = model.float()(*[x.float() for x in inputs])
+        with torch.no_grad():
+            expected = reference(*[x.float() for x in inputs])
+            half = model(*inputs) if dtype != torch.float32 else [None, None]
         outputs = session.run([to_numpy(x) for x in inputs])
-        for name, out, ref in zip(("conv2d", "conv1d"), outputs, expected):
-            ours = from_runtime(out, dtype)
-            tolerance = TOLERANCE["float32"] if dtype == torch.float32 else 1e-2
-            assert relative_error(ours, ref.numpy()) <= tolerance, mismatch_report(name, ours, ref.numpy())
+        for name, out, ref, h in zip(("conv2d", "conv1d"), outputs, expected, half):
+            j = judge(name, str(dtype).removeprefix("torch."), from_runtime(out, dtype), as_reference(ref),
+                      as_reference(h) if h is not None else None)
+            assert j.passed, j.explain()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

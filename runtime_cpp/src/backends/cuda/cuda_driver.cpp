@@ -101,27 +101,42 @@ Status pointer_attributes(const Driver& d, CUdeviceptr p, PointerAttributes* out
   return check(d, d.cuPointerGetAttributes(6, attributes, values, p), "cuPointerGetAttributes");
 }
 
+DeviceMemoryProblem device_memory_problem(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal,
+                                          CUcontext context) {
+  if (a.memory_type == 0) return DeviceMemoryProblem::kUnknown;
+  // Managed memory is readable from every device and context; other memory only where it was allocated.
+  if (!a.managed && a.memory_type != CU_MEMORYTYPE_DEVICE) return DeviceMemoryProblem::kRegisteredHost;
+  if (!a.managed && a.ordinal != ordinal) return DeviceMemoryProblem::kOtherDevice;
+  if (!a.managed && a.context && a.context != context) return DeviceMemoryProblem::kOtherContext;
+  if (a.range_size == 0) return DeviceMemoryProblem::kNone;  // the driver does not say where the allocation ends
+  const CUdeviceptr end = a.range_start + a.range_size;
+  if (p < a.range_start || p > end) return DeviceMemoryProblem::kOutsideAllocation;
+  if (end - p < bytes) return DeviceMemoryProblem::kTooShort;
+  return DeviceMemoryProblem::kNone;
+}
+
 Status check_device_memory(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal, CUcontext context,
                            const std::string& what, const std::string& device) {
-  if (a.memory_type == 0)
-    return invalid_argument(what, " is not memory the CUDA driver knows (a host pointer?); this session takes "
-                            "device memory (io_memory AOTPACK_MEMORY_DEVICE)");
-  // Managed memory is readable from every device and context; other memory only where it was allocated.
-  if (!a.managed && a.memory_type != CU_MEMORYTYPE_DEVICE)
-    return invalid_argument(what, " is host memory registered with CUDA, not device memory; copy it to ", device,
-                            " or create the session with io_memory AOTPACK_MEMORY_HOST");
-  if (!a.managed && a.ordinal != ordinal)
-    return invalid_argument(what, " is memory of CUDA device ", a.ordinal, ", but the session runs on ", device);
-  if (!a.managed && a.context && a.context != context)
-    return invalid_argument(what, " was allocated in another CUDA context than the primary context of ", device,
-                            ", which the session uses; allocate it in the primary context (as the CUDA runtime does)");
-  if (a.range_size == 0) return Status();  // the driver does not say where the allocation ends
-  const CUdeviceptr end = a.range_start + a.range_size;
-  if (p < a.range_start || p > end) return invalid_argument(what, " lies outside the allocation the driver reports for it");
-  if (end - p < bytes)
-    return invalid_argument(what, " is ", end - p, " bytes before the end of its allocation, too few for the tensor's ",
-                            bytes, " bytes");
-  return Status();
+  switch (device_memory_problem(a, p, bytes, ordinal, context)) {
+    case DeviceMemoryProblem::kNone: return Status();
+    case DeviceMemoryProblem::kUnknown:
+      return invalid_argument(what, " is not memory the CUDA driver knows (a host pointer?); this session takes "
+                              "device memory (io_memory AOTPACK_MEMORY_DEVICE)");
+    case DeviceMemoryProblem::kRegisteredHost:
+      return invalid_argument(what, " is host memory registered with CUDA, not device memory; copy it to ", device,
+                              " or create the session with io_memory AOTPACK_MEMORY_HOST");
+    case DeviceMemoryProblem::kOtherDevice:
+      return invalid_argument(what, " is memory of CUDA device ", a.ordinal, ", but the session runs on ", device);
+    case DeviceMemoryProblem::kOtherContext:
+      return invalid_argument(what, " was allocated in another CUDA context than the primary context of ", device,
+                              ", which the session uses; allocate it in the primary context (as the CUDA runtime does)");
+    case DeviceMemoryProblem::kOutsideAllocation:
+      return invalid_argument(what, " lies outside the allocation the driver reports for it");
+    case DeviceMemoryProblem::kTooShort:
+      return invalid_argument(what, " is ", a.range_start + a.range_size - p,
+                              " bytes before the end of its allocation, too few for the tensor's ", bytes, " bytes");
+  }
+  return internal_error("unknown device memory verdict");
 }
 
 }  // namespace cuda

@@ -1,7 +1,7 @@
 // A package's CPU kernel library (cpu/<isa>/kernels.so), loaded from the package's bytes without unpacking
 // it to disk: written to a memfd and dlopen'ed through /proc/self/fd.
-#ifndef AOTPACK_SRC_KERNEL_LIBRARY_HPP_
-#define AOTPACK_SRC_KERNEL_LIBRARY_HPP_
+#ifndef AOTPACK_SRC_BACKENDS_CPU_KERNEL_LIBRARY_HPP_
+#define AOTPACK_SRC_BACKENDS_CPU_KERNEL_LIBRARY_HPP_
 
 #include <cstddef>
 #include <cstdint>
@@ -42,4 +42,4 @@ class KernelLibrary {
 
 }  // namespace aotpack
 
-#endif  // AOTPACK_SRC_KERNEL_LIBRARY_HPP_
+#endif  // AOTPACK_SRC_BACKENDS_CPU_KERNEL_LIBRARY_HPP_

@@ -1,6 +1,6 @@
 // The host CPU against a kernel library's `isa` (x86-64 micro-architecture levels, or "generic").
-#ifndef AOTPACK_SRC_CPU_FEATURES_HPP_
-#define AOTPACK_SRC_CPU_FEATURES_HPP_
+#ifndef AOTPACK_SRC_BACKENDS_CPU_CPU_FEATURES_HPP_
+#define AOTPACK_SRC_BACKENDS_CPU_CPU_FEATURES_HPP_
 
 #include <string>
 
@@ -16,4 +16,4 @@ Status check_host_supports(const std::string& arch, const std::string& isa);
 
 }  // namespace aotpack
 
-#endif  // AOTPACK_SRC_CPU_FEATURES_HPP_
+#endif  // AOTPACK_SRC_BACKENDS_CPU_CPU_FEATURES_HPP_

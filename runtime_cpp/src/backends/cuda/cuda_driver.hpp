@@ -4,8 +4,8 @@
 // GPU hosts. The few driver types, constants and functions it uses are declared here by hand; they are the
 // driver's stable ABI (cuda.h, CUDA 12/13), and each function is looked up by its versioned symbol name, the
 // one cuda.h's macros select (cuMemAlloc -> cuMemAlloc_v2, ...).
-#ifndef AOTPACK_SRC_CUDA_DRIVER_HPP_
-#define AOTPACK_SRC_CUDA_DRIVER_HPP_
+#ifndef AOTPACK_SRC_BACKENDS_CUDA_CUDA_DRIVER_HPP_
+#define AOTPACK_SRC_BACKENDS_CUDA_CUDA_DRIVER_HPP_
 
 #include <cstddef>
 #include <cstdint>
@@ -102,7 +102,14 @@ struct PointerAttributes {
 Status pointer_attributes(const Driver& d, CUdeviceptr p, PointerAttributes* out);
 
 // Whether kernels in `context` on device `ordinal` may read `bytes` bytes at `p`, which the driver describes
-// as `a`: OK, or INVALID_ARGUMENT saying why not, with `what` naming the pointer and `device` the device.
+// as `a`: kNone, or the first reason they may not. Allocates nothing, for the run path.
+enum class DeviceMemoryProblem { kNone, kUnknown, kRegisteredHost, kOtherDevice, kOtherContext, kOutsideAllocation,
+                                 kTooShort };
+DeviceMemoryProblem device_memory_problem(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal,
+                                          CUcontext context);
+
+// The same verdict as a status: OK, or INVALID_ARGUMENT saying why not, with `what` naming the pointer and
+// `device` the device.
 Status check_device_memory(const PointerAttributes& a, CUdeviceptr p, uint64_t bytes, int ordinal, CUcontext context,
                            const std::string& what, const std::string& device);
 
@@ -111,4 +118,4 @@ Status check_device_memory(const PointerAttributes& a, CUdeviceptr p, uint64_t b
 
 #define AOTPACK_CUDA_CHECK(d, call, what) AOTPACK_RETURN_IF_ERROR(::aotpack::cuda::check((d), (d).call, (what)))
 
-#endif  // AOTPACK_SRC_CUDA_DRIVER_HPP_
+#endif  // AOTPACK_SRC_BACKENDS_CUDA_CUDA_DRIVER_HPP_

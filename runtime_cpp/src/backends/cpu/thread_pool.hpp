@@ -1,6 +1,6 @@
 // A fixed pool of threads running the chunks of one parallel loop at a time (the kernel ABI's parallel_for).
-#ifndef AOTPACK_SRC_THREAD_POOL_HPP_
-#define AOTPACK_SRC_THREAD_POOL_HPP_
+#ifndef AOTPACK_SRC_BACKENDS_CPU_THREAD_POOL_HPP_
+#define AOTPACK_SRC_BACKENDS_CPU_THREAD_POOL_HPP_
 
 #include <atomic>
 #include <condition_variable>
@@ -63,4 +63,4 @@ class ThreadPool {
 
 }  // namespace aotpack
 
-#endif  // AOTPACK_SRC_THREAD_POOL_HPP_
+#endif  // AOTPACK_SRC_BACKENDS_CPU_THREAD_POOL_HPP_

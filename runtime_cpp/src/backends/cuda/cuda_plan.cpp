@@ -1,0 +1,113 @@
+#include "cuda_plan.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "json_reader.hpp"
+
+namespace aotpack {
+
+namespace {
+
+Status parse_index_list(const JsonReader& r, const json::Value& obj, const std::string& path, const char* key,
+                        size_t limit, const char* what, std::vector<size_t>* out) {
+  const std::vector<json::Value>* items;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(obj, path, key, &items));
+  for (size_t i = 0; i < items->size(); ++i) {
+    const json::Value& v = (*items)[i];
+    std::string p = JsonReader::join(JsonReader::join(path, key), i);
+    if (!v.is_int()) return r.error(p, "expected an integer");
+    if (v.as_int() < 0 || static_cast<uint64_t>(v.as_int()) >= limit)
+      return r.error(p, str_cat(what, " ", v.as_int(), " does not exist"));
+    out->push_back(static_cast<size_t>(v.as_int()));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_doc, const Program& program,
+                       bool* present, CudaPlan* out) {
+  *present = false;
+  JsonReader m("manifest.json");
+  const std::vector<json::Value>* targets;
+  AOTPACK_RETURN_IF_ERROR(m.array_field(manifest, "", "targets", &targets));
+  const json::Value* target = nullptr;
+  std::string target_path;
+  for (size_t i = 0; i < targets->size(); ++i) {
+    const json::Value* kind = (*targets)[i].find("kind");
+    if (kind && kind->is_string() && kind->as_string() == "cuda") {
+      target = &(*targets)[i];
+      target_path = JsonReader::join("targets", i);
+    }
+  }
+  if (!target) return Status();
+  CudaPlan plan;
+  const std::vector<json::Value>* archs;
+  AOTPACK_RETURN_IF_ERROR(m.array_field(*target, target_path, "archs", &archs));
+  for (size_t i = 0; i < archs->size(); ++i) {
+    const json::Value& a = (*archs)[i];
+    if (!a.is_int() || a.as_int() < 10 || a.as_int() > 1000)
+      return m.error(JsonReader::join(JsonReader::join(target_path, "archs"), i), "expected a compute capability like 90");
+    plan.archs.push_back(a.as_int());
+  }
+  if (plan.archs.empty()) return m.error(target_path, "a cuda target with no archs");
+  AOTPACK_RETURN_IF_ERROR(m.int_field(*target, target_path, "min_driver_version", &plan.min_driver_version));
+  AOTPACK_RETURN_IF_ERROR(m.string_field(*target, target_path, "ptx_version", &plan.ptx_version));
+
+  JsonReader r("program.json");
+  const json::Value* section;
+  AOTPACK_RETURN_IF_ERROR(r.object_field(program_doc, "", "cuda", &section));
+  const std::vector<json::Value>* kernels;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(*section, "cuda", "kernels", &kernels));
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    std::string path = JsonReader::join("cuda.kernels", i);
+    CudaKernelInfo k;
+    AOTPACK_RETURN_IF_ERROR(r.string_field((*kernels)[i], path, "name", &k.name));
+    AOTPACK_RETURN_IF_ERROR(parse_index_list(r, (*kernels)[i], path, "symbols", program.symbols.size(), "symbol",
+                                             &k.symbols));
+    const std::vector<json::Value>* errors;
+    AOTPACK_RETURN_IF_ERROR(r.array_field((*kernels)[i], path, "errors", &errors));
+    for (size_t e = 0; e < errors->size(); ++e) {
+      if (!(*errors)[e].is_string()) return r.error(JsonReader::join(JsonReader::join(path, "errors"), e), "expected a string");
+      k.errors.push_back((*errors)[e].as_string());
+    }
+    plan.kernels.push_back(std::move(k));
+  }
+  const std::vector<json::Value>* steps;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(*section, "cuda", "steps", &steps));
+  std::map<int64_t, size_t> index_of_id;
+  for (size_t b = 0; b < program.buffers.size(); ++b) index_of_id[program.buffers[b].id] = b;
+  for (size_t s = 0; s < steps->size(); ++s) {
+    std::string path = JsonReader::join("cuda.steps", s);
+    const json::Value& item = (*steps)[s];
+    CudaStep step;
+    std::string name;
+    AOTPACK_RETURN_IF_ERROR(r.string_field(item, path, "kernel", &name));
+    auto it = std::find_if(plan.kernels.begin(), plan.kernels.end(), [&](const CudaKernelInfo& k) { return k.name == name; });
+    if (it == plan.kernels.end()) return r.error(JsonReader::join(path, "kernel"), str_cat("no kernel ", quoted(name), " in cuda.kernels"));
+    step.kernel = static_cast<size_t>(it - plan.kernels.begin());
+    const std::vector<json::Value>* args;
+    AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "args", &args));
+    for (size_t a = 0; a < args->size(); ++a) {
+      std::string arg_path = JsonReader::join(JsonReader::join(path, "args"), a);
+      if (!(*args)[a].is_int() || !index_of_id.count((*args)[a].as_int()))
+        return r.error(arg_path, "expected the id of a buffer");
+      step.args.push_back(index_of_id[(*args)[a].as_int()]);
+    }
+    if (step.args.empty()) return r.error(JsonReader::join(path, "args"), "a step needs at least its output buffer");
+    const std::vector<json::Value>* grid;
+    AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "grid", &grid));
+    if (grid->size() != 3) return r.error(JsonReader::join(path, "grid"), "expected 3 expressions");
+    for (size_t g = 0; g < 3; ++g) {
+      AOTPACK_RETURN_IF_ERROR(parse_expr((*grid)[g], program.symbol_names, r,
+                                         JsonReader::join(JsonReader::join(path, "grid"), g), &step.grid[g]));
+    }
+    plan.steps.push_back(std::move(step));
+  }
+  *out = std::move(plan);
+  *present = true;
+  return Status();
+}
+
+}  // namespace aotpack

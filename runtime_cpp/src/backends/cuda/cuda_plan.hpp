@@ -1,0 +1,48 @@
+// What a package says about CUDA (docs/package-format.md): the manifest's cuda target and program.json's
+// "cuda" section, which says which kernel each step launches, with which buffers, symbols and grid. Parsed
+// and validated at load, before any device is touched.
+#ifndef AOTPACK_SRC_BACKENDS_CUDA_CUDA_PLAN_HPP_
+#define AOTPACK_SRC_BACKENDS_CUDA_CUDA_PLAN_HPP_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "expr.hpp"
+#include "json.hpp"
+#include "program.hpp"
+#include "status.hpp"
+
+namespace aotpack {
+
+struct CudaKernelInfo {
+  std::string name;
+  std::vector<size_t> symbols;      // program symbols passed after the buffers, in order
+  std::vector<std::string> errors;  // message of error-flag value i + 1; empty: the kernel takes no flag
+};
+
+struct CudaStep {
+  size_t kernel = 0;             // index into CudaPlan::kernels
+  std::vector<size_t> args;      // indices into Program::buffers
+  std::array<Expr, 3> grid;      // launch grid over the symbols
+};
+
+// What the package says about CUDA, parsed and validated at load (before any device is touched).
+struct CudaPlan {
+  std::vector<int64_t> archs;  // compute capabilities with cubins, as 10 * major + minor
+  int64_t min_driver_version = 0;
+  std::string ptx_version;
+  std::vector<CudaKernelInfo> kernels;
+  std::vector<CudaStep> steps;
+};
+
+// Parses the manifest's cuda target and program.json's "cuda" section. *present is false (and OK) when the
+// package has no CUDA target.
+Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_doc, const Program& program,
+                       bool* present, CudaPlan* out);
+
+}  // namespace aotpack
+
+#endif  // AOTPACK_SRC_BACKENDS_CUDA_CUDA_PLAN_HPP_
