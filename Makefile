@@ -6,14 +6,14 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO := build/demo
 
-.PHONY: setup runtime demo test coverage clean gpu-check
+.PHONY: setup runtime registry-tools demo test coverage clean gpu-check
 
 setup: $(VENV)/.installed runtime
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,cuda,models]"
+	$(BIN)/pip install --quiet -e ".[test,cuda,models,registry]"
 	touch $@
 
 # The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.
@@ -33,7 +33,12 @@ demo: setup
 	$(BIN)/aotpack-run $(DEMO)/mlp.aotpack --inputs $(DEMO)/in.safetensors --outputs $(DEMO)/out.safetensors --device cpu
 	$(BIN)/python examples/compare.py check examples/mlp/model.py $(DEMO)/in.safetensors $(DEMO)/out.safetensors
 
-test: setup
+# The OCI registry server and client that tests/registry pushes to and pulls from on 127.0.0.1 (Debian's).
+registry-tools:
+	command -v docker-registry > /dev/null && command -v skopeo > /dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq docker-registry skopeo > /dev/null; }
+
+test: setup registry-tools
 	$(BIN)/python -m pytest -q
 
 # Operator coverage against PyTorch's OpInfo database: every op's samples through export and the runtime,

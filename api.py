@@ -19,7 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from . import knobs, progress
-from .build import ExportResult, build_package
+from .build import ExportResult, build_package, check_identity
 from .errors import AotpackError
 from .exporter import (
     ModelSpec,
@@ -33,6 +33,7 @@ from .exporter import (
 from .exporter.from_objects import spec_from_exported, spec_from_module
 from .lowering.frontend.decompositions import decompositions
 from .lowering.targets import parse_targets
+from .packages import identity
 
 __all__ = ["ExportResult", "export", "export_model_file", "export_spec"]
 
@@ -49,6 +50,7 @@ def export(
     cuda_arch: str | Sequence[int] | None = None,
     name: str | None = None,
     version: str = "0.1.0",
+    metadata: Mapping[str, str] | None = None,
     verify: str = "range",
     verbose: bool = False,
 ) -> ExportResult:
@@ -60,6 +62,8 @@ def export(
         value given to torch.export, names its symbols; `args` defaults to its example inputs).
     dtype: "bf16"/"fp16" (or the torch dtype) casts floating weights and inputs first, for nn.Modules.
     target: "cpu", "cuda" or "cpu,cuda"; cuda_arch: compute capabilities ("80,90" or (80, 90)).
+    name, version, metadata: the package's registry identity (docs/registries.md): a registry-safe name (default:
+        the path's stem or the class name, made registry-safe), a semantic version, user metadata (str -> str).
     verify: "range" (the examples and the ends and inside of every range, on every target this machine runs),
         "example", or "off". A mismatch raises VerificationError and writes nothing.
     Returns the path, the manifest and the verification record; raises an AotpackError subclass for anything the
@@ -77,13 +81,13 @@ def export(
         spec = spec_from_module(model, args if isinstance(args, (tuple, list)) else (args,), dynamic_shapes, ranges)
     else:
         raise AotpackError(f"aotpack.export takes an nn.Module or an ExportedProgram, not a {type(model).__name__}")
-    name = name or (Path(path).stem if path is not None else type(model).__name__.lower())
+    name = name or identity.name_from(Path(path).stem if path is not None else type(model).__name__)
     output = Path(path) if path is not None else Path(f"{name}.aotpack")
     if isinstance(cuda_arch, (tuple, list)):
         cuda_arch = ",".join(str(a) for a in cuda_arch)
     with progress.reporting(progress.Progress(_stderr if verbose else None)):
         return export_spec(spec, output, dtype=_dtype_name(dtype), target=target, cuda_arch=cuda_arch, name=name,
-                           version=version, verify=verify)
+                           version=version, metadata=metadata, verify=verify)
 
 
 def export_model_file(model_file: str | Path, output: str | Path | None = None, *, dynamic: Iterable[str] = (),
@@ -103,9 +107,10 @@ def export_model_file(model_file: str | Path, output: str | Path | None = None, 
 
 def export_spec(spec: ModelSpec, output: Path, *, cli_ranges: Mapping[str, tuple[int, int]] | None = None,
                 dtype: str | None = None, target: str = "cpu", cuda_arch: str | None = None, name: str | None = None,
-                version: str = "0.1.0", verify: str = "range", dump_stages: Sequence[str] = (),
-                dump: Callable[[str, str], None] | None = None) -> ExportResult:
+                version: str = "0.1.0", metadata: Mapping[str, str] | None = None, verify: str = "range",
+                dump_stages: Sequence[str] = (), dump: Callable[[str, str], None] | None = None) -> ExportResult:
     """The one pipeline behind the CLI and the Python API."""
+    check_identity(name, version, metadata)  # before the capture: a bad name or version fails in a moment
     targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
     report = progress.current()
     if dtype is not None:
@@ -117,7 +122,7 @@ def export_spec(spec: ModelSpec, output: Path, *, cli_ranges: Mapping[str, tuple
     for note in captured.notes:
         report.line(f"note: {note}")
     return build_package(captured, output, name=name, version=version, dump_stages=dump_stages, dump=dump,
-                         verify=verify, targets=targets)
+                         verify=verify, targets=targets, metadata=metadata)
 
 
 def _dtype_name(dtype: str | torch.dtype | None) -> str | None:

@@ -7,7 +7,7 @@ what the package promises (the manifest).
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from .lowering.codegen.printer import to_json
 from .lowering.frontend.decompositions import decompositions
 from .lowering.stages import Compilation, run_stages
 from .lowering.targets import CpuTarget, Targets
-from .packages import layout
+from .packages import identity, layout
 from .packages.manifest import make_manifest, with_verification
 from .packages.writer import canonical_json, write_package
 
@@ -69,20 +69,37 @@ def build_package(
     dump: Callable[[str, str], None] | None = None,
     verify: str = "range",
     targets: Targets | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> ExportResult:
     """Lowers a captured program, verifies it (`verify`: range, example or off; verification/run.py) and writes
-    the package file to `output` (atomically). Stages report through progress.current()."""
+    the package file to `output` (atomically). Stages report through progress.current().
+
+    `name` and `version` must be registry-safe (packages/identity.py); `metadata` is the user's str -> str
+    metadata (license, source revision, ...), recorded as the manifest's `user_metadata`."""
     from .verification import MODES
 
     if verify not in MODES:
         raise AotpackError(f"--verify={verify}: expected one of {', '.join(MODES)}")
+    name, user_metadata = check_identity(name, version, metadata, captured.model_file if captured else None)
     with progress.ensure() as report:
-        return _build(captured, Path(output), name, version, dump_stages, dump, verify, targets, report)
+        return _build(captured, Path(output), name, version, dump_stages, dump, verify, targets, report, user_metadata)
+
+
+def check_identity(name: str | None, version: str, metadata: Mapping[str, str] | None,
+                   model_file: str | Path | None = None) -> tuple[str, dict[str, str]]:
+    """The package name (a default one made registry-safe from the model file) and the user metadata, or an
+    IdentityError with the rule; cheap, so callers run it before anything slow."""
+    if name:
+        identity.check_name(name, "name")
+    elif model_file is not None:
+        name = identity.name_from(default_name(Path(model_file)))
+    identity.check_version(version, "version")
+    return name, identity.check_metadata(metadata)
 
 
 def _build(captured: CapturedProgram, output: Path, name: str | None, version: str, dump_stages: Sequence[str],
            dump: Callable[[str, str], None] | None, verify: str, targets: Targets | None,
-           report: progress.Progress) -> ExportResult:
+           report: progress.Progress, user_metadata: Mapping[str, str]) -> ExportResult:
     from .verification import verify_package
 
     targets = targets or Targets(CpuTarget(knobs.cpu_isa()), None)
@@ -110,6 +127,7 @@ def _build(captured: CapturedProgram, output: Path, name: str | None, version: s
         signature=_signature(captured, lowered),
         metadata={"kernels": len(first.library.kernels), "steps": len(lowered.program.steps),
                   "arena_bytes": lowered.plan.arena_bytes},
+        user_metadata=user_metadata,
     )
     if verify != "off":
         # The verification record goes into the manifest, so the package is written twice: a trial beside the

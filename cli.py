@@ -1,4 +1,4 @@
-"""The `aotpack` command: export, inspect, verify.
+"""The `aotpack` command: export, inspect, verify (and sign, diff, refit, publish from cli_registry.py).
 
 Every error a user can cause ends as one `error: ...` line and exit status 1, never a traceback
 (AOTPACK_TRACEBACK=1 shows it, for reporting bugs).
@@ -45,7 +45,9 @@ def main() -> None:
 @click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=MIN..MAX",
               help="A dynamic dimension's inclusive range; repeatable; overrides model.py's ranges.")
 @click.option("--name", help="Package name (default: the model's folder, or the file's stem).")
-@click.option("--version", "version", default="0.1.0", show_default=True, help="Package version.")
+@click.option("--version", "version", default="0.1.0", show_default=True, help="Package version (semver).")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
+              help="User metadata for the manifest (license, source revision, ...); repeatable.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
               help="Print a lowering stage's output; repeatable. The stages are the targets': lower, "
                    "prepack_weights (cpu), plan_memory, render_cpp and compile_cpp (cpu), render_triton and "
@@ -62,7 +64,7 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only the final line (and errors).")
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
            dump: tuple[str, ...], dtype: str | None, verify: str, no_verify: bool, target: str, cuda_arch: str | None,
-           quiet: bool) -> None:
+           quiet: bool, meta: tuple[str, ...]) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
     from . import knobs, progress
     from .api import export_model_file
@@ -77,6 +79,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
         _fail(f"--dump {unknown[0]}: no such stage for --target {target}; its stages are {', '.join(stages)}")
     if not Path(model_file).is_file():
         _fail(f"{model_file}: no such file; pass the path of a model.py")
+    metadata = _checked_identity(name, version, meta)
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
     click.echo(f"exporting {model_file} -> {output}", err=True)
     report = progress.Progress(None if quiet else lambda line: click.echo(line, err=True))
@@ -84,16 +87,33 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     with progress.reporting(report):
         result = export_model_file(
             model_file, output, dynamic=dynamic, dtype=dtype, target=target, cuda_arch=cuda_arch, name=name,
-            version=version, verify="off" if no_verify else verify, dump_stages=dump,
+            version=version, metadata=metadata, verify="off" if no_verify else verify, dump_stages=dump,
             dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"))
     signature = result.manifest["signature"]
     symbols = ", ".join(f"{s['name']}={s['min']}..{s['max']}" for s in signature["symbols"]) or "static shapes"
     click.echo(f"wrote {result.path} ({result.size / 1e6:.2f} MB, {symbols}) in {time.perf_counter() - start:.1f} s; "
                f"{_verified(result.verification)}", err=True)
+    click.echo(f"digest {_digest(result.path)}", err=True)
     for entry in (result.verification or {}).get("not_verified", []):
         click.echo(f"not verified on {entry['target']}: {entry['reason']}", err=True)
     if not quiet:
         click.echo(f"  time: {report.summary()}", err=True)
+
+
+def _checked_identity(name: str | None, version: str, meta: tuple[str, ...]) -> dict[str, str]:
+    """--name, --version and --meta checked before anything slow runs; the --meta dict."""
+    from .packages import identity
+
+    if name is not None:
+        identity.check_name(name)
+    identity.check_version(version)
+    return identity.parse_meta_options(meta)
+
+
+def _digest(path: str | Path) -> str:
+    from .packages.reader import read_package
+
+    return read_package(path).digest
 
 
 def _verified(record: dict[str, Any] | None) -> str:
@@ -130,6 +150,7 @@ def inspect(package: str, as_json: bool) -> None:
     program = pkg.program
     sig = m["signature"]
     click.echo(f"{m['name']} {m['version']}  ({m['format']} format {m['format_version']})")
+    click.echo(f"digest:   {pkg.digest}")
     click.echo("producer: " + ", ".join(f"{k} {v}" for k, v in sorted(m["producer"].items())))
     click.echo("targets:  " + ", ".join(
         f"cuda {' '.join(f'sm_{a}' for a in t.get('archs', []))} (PTX {t.get('ptx_version')}, driver >= "
@@ -147,20 +168,44 @@ def inspect(package: str, as_json: bool) -> None:
 
     for line in verification_table(m.get("verification")):
         click.echo(line)
+    for key, value in sorted(m.get("user_metadata", {}).items()):
+        click.echo(f"meta:     {key}={value}")
 
 
 @main.command()
 @click.argument("package", type=click.Path(exists=True, dir_okay=False))
-def verify(package: str) -> None:
-    """Check every member of PACKAGE against the sha256 digests in its manifest."""
+@click.option("--signature", type=click.Path(exists=True, dir_okay=False),
+              help="An OpenSSF Model Signing signature (from `aotpack sign`) to check too.")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False),
+              help="The signer's public key (PEM) for --signature.")
+@click.option("--certificate-chain", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="For a certificate signature: the chain to trust (repeatable) instead of --public-key.")
+def verify(package: str, signature: str | None, public_key: str | None, certificate_chain: tuple[str, ...]) -> None:
+    """Check every member of PACKAGE against the sha256 digests in its manifest (and a signature)."""
     from .packages.reader import read_package, verify_digests
 
+    if signature is None and (public_key or certificate_chain):
+        _fail("--public-key and --certificate-chain need --signature")
+    if signature is not None and not (public_key or certificate_chain):
+        _fail("--signature needs --public-key (or --certificate-chain for a certificate signature)")
+    if signature is not None:
+        # First, so that a tampered member is reported as changed since signing, by name.
+        from .packages.signing import verify_signature
+
+        digest = verify_signature(package, signature, public_key=public_key, certificate_chain=certificate_chain)
+        click.echo(f"{package}: signature {signature} verifies (every member and the container checked); "
+                   f"it covers package digest {digest}")
+        return
     pkg = read_package(package)
     problems = verify_digests(pkg)
     if problems:
         _fail(f"{package}: " + "; ".join(problems))
-    click.echo(f"{package}: {len(pkg.members)} members match their digests")
+    click.echo(f"{package}: {len(pkg.members)} members match their digests; package digest {pkg.digest}")
 
+
+from . import cli_registry  # sign, diff, refit, publish: registered on `main` here, below the core commands
+
+cli_registry.register(main)
 
 if __name__ == "__main__":
     main()

@@ -11,8 +11,12 @@ from typing import Any
 
 
 def make_manifest(*, name: str, version: str, producer: Mapping[str, str], targets: Sequence[Mapping[str, Any]],
-                  signature: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Every field but `members` and the format identity (the writer's) and `verification` (with_verification)."""
+                  signature: Mapping[str, Any], metadata: Mapping[str, Any],
+                  user_metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every field but `members` and the format identity (the writer's) and `verification` (with_verification).
+
+    `metadata` is aotpack's own (kernel and step counts, arena size); `user_metadata` the user's str -> str
+    map (`--meta KEY=VALUE`; packages/identity.py checks it)."""
     return {
         "name": name,
         "version": version,
@@ -20,6 +24,7 @@ def make_manifest(*, name: str, version: str, producer: Mapping[str, str], targe
         "targets": [dict(t) for t in targets],
         "signature": dict(signature),
         "metadata": dict(metadata),
+        "user_metadata": dict(user_metadata or {}),
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import AotpackError
 from . import layout
+from .digest import container_problems, manifest_problems, package_digest
 from .program import ProgramDoc, read_program
 from .writer import sha256
 
@@ -23,26 +24,43 @@ class PackageError(AotpackError):
 class Package:
     path: Path
     manifest: dict[str, Any]
-    members: dict[str, bytes]
+    members: dict[str, bytes]  # every member but manifest.json, in the file's order
+    manifest_bytes: bytes = b""  # manifest.json as stored: what the package digest is the hash of
+
+    @property
+    def digest(self) -> str:
+        """The package digest, "sha256:<hex>": one string for one exact package (packages/digest.py)."""
+        return package_digest(self.manifest_bytes)
 
     @property
     def program(self) -> ProgramDoc:
         return read_program(json.loads(self.members[layout.PROGRAM]))
 
 
-def read_package(path: str | Path) -> Package:
+def read_members(path: str | Path) -> dict[str, bytes]:
+    """Every member's bytes by name, manifest.json included, trusting none of them (for signatures)."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
-            members = {info.filename: _stored_bytes(raw, info) for info in zf.infolist()}
+            return {info.filename: _stored_bytes(raw, info) for info in zf.infolist()}
     except (OSError, zipfile.BadZipFile, struct.error) as e:
         raise PackageError(f"{path}: not a readable aotpack package ({e})") from e
+
+
+def read_package(path: str | Path) -> Package:
+    path = Path(path)
+    members = read_members(path)
     if layout.MANIFEST not in members:
         raise PackageError(f"{path}: no {layout.MANIFEST}; is this an aotpack package?")
-    manifest = json.loads(members.pop(layout.MANIFEST))
-    if manifest.get("format") != layout.FORMAT_NAME:
-        raise PackageError(f"{path}: format is {manifest.get('format')!r}, not {layout.FORMAT_NAME!r}")
-    return Package(path, manifest, members)
+    manifest_bytes = members.pop(layout.MANIFEST)
+    try:
+        manifest = json.loads(manifest_bytes)
+    except ValueError as e:
+        raise PackageError(f"{path}: {layout.MANIFEST} is not valid JSON ({e})") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != layout.FORMAT_NAME:
+        format_name = manifest.get("format") if isinstance(manifest, dict) else None
+        raise PackageError(f"{path}: format is {format_name!r}, not {layout.FORMAT_NAME!r}")
+    return Package(path, manifest, members, manifest_bytes)
 
 
 def _stored_bytes(raw: object, info: zipfile.ZipInfo) -> bytes:
@@ -68,4 +86,7 @@ def verify_digests(package: Package) -> list[str]:
         elif len(data) != entry["size"] or sha256(data) != entry["sha256"]:
             problems.append(f"member {name} does not match its sha256 in the manifest")
     problems += [f"member {name} is not listed in the manifest" for name in package.members if name not in listed]
+    problems += manifest_problems(package.manifest_bytes)
+    if not problems:  # the container check is only worth reading once every member is right
+        problems += container_problems(package.path, package.manifest_bytes, package.members)
     return problems

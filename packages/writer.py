@@ -8,9 +8,9 @@ import os
 import struct
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import layout
 
@@ -41,6 +41,19 @@ def _padding_extra(header_offset: int, name: bytes) -> bytes:
     return struct.pack("<HH", layout.PADDING_EXTRA_ID, pad) + b"\0" * pad
 
 
+def write_zip(raw: BinaryIO, entries: Sequence[tuple[str, bytes]]) -> None:
+    """The container: `entries` as stored, aligned zip members in the given order, with fixed metadata.
+    Also used to check that a package file is exactly what this writer makes of its members."""
+    with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=False) as zf:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=layout.ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_STORED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # unix, whatever the host
+            info.extra = _padding_extra(raw.tell(), name.encode())
+            zf.writestr(info, data)
+
+
 def write_package(path: str | os.PathLike[str], manifest: Mapping[str, Any], members: Mapping[str, bytes]) -> dict:
     """Writes manifest.json then `members` (in the given order) to `path`; returns the final manifest.
 
@@ -54,14 +67,7 @@ def write_package(path: str | os.PathLike[str], manifest: Mapping[str, Any], mem
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw:
-            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=False) as zf:
-                for name, data in entries:
-                    info = zipfile.ZipInfo(name, date_time=layout.ZIP_EPOCH)
-                    info.compress_type = zipfile.ZIP_STORED
-                    info.external_attr = 0o644 << 16
-                    info.create_system = 3  # unix, whatever the host
-                    info.extra = _padding_extra(raw.tell(), name.encode())
-                    zf.writestr(info, data)
+            write_zip(raw, entries)
             raw.flush()
             os.fsync(raw.fileno())
         # mkstemp creates the file private (0600); give it the permissions a plain open() would.

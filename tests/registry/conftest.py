@@ -1,0 +1,1 @@
+from .exports import mlp_package  # noqa: F401  (a fixture shared by the registry tests)
