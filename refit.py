@@ -50,7 +50,7 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         resolve_symbols,
         with_dtype,
     )
-    from .lowering.decompositions import decompositions
+    from .lowering.frontend.decompositions import decompositions
     from .lowering.stages import run_stages
     from .lowering.targets import CpuTarget, CudaTarget, Targets
 
@@ -76,12 +76,13 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
     cpu = next((t for t in package.manifest["targets"] if t["kind"] == "cpu"), None)
     cuda = next((t for t in package.manifest["targets"] if t["kind"] == "cuda"), None)
     targets = Targets(CpuTarget(cpu["isa"]) if cpu else None, CudaTarget(tuple(cuda["archs"])) if cuda else None)
-    lowered = run_stages(captured, cpu["isa"] if cpu else "x86-64-v3", targets=targets)
+    lowered = run_stages(captured, targets)
     same = canonical_json(lowered.program_json) == package.members[layout.PROGRAM]
     if cpu is not None:
-        same = same and lowered.library.source.encode() == package.members.get(layout.cpu_source(cpu["isa"]))
+        source = lowered.artifacts["cpu"].library.source
+        same = same and source.encode() == package.members.get(layout.cpu_source(cpu["isa"]))
     if cuda is not None:
-        same = same and lowered.triton.source.encode() == package.members.get(layout.CUDA_SOURCE)
+        same = same and lowered.artifacts["cuda"].library.source.encode() == package.members.get(layout.CUDA_SOURCE)
     if not same:
         halves = sorted({t["dtype"] for t in package.manifest["signature"]["inputs"]} & {"bfloat16", "float16"})
         hint = (f"; the package takes {halves[0]}: was it exported with --dtype? pass the same --dtype to refit"
