@@ -99,6 +99,8 @@ class _SessionOptions(ctypes.Structure):
         ("device_index", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
         ("io_memory", ctypes.c_int),
+        ("cuda_graphs", ctypes.c_int32),
+        ("cuda_graph_cache_size", ctypes.c_int32),
     ]
 
 
@@ -269,11 +271,15 @@ class Model:
             infos.append(_tensor_info(info))
         return infos
 
-    def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host") -> Session:
+    def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host", cuda_graphs: bool = True,
+                cuda_graph_cache_size: int = 64) -> Session:
         """device: "cpu", "cuda" or "cuda:N". io: "host" (run() takes and returns numpy arrays, on every
         device) or "device" (on CUDA, run() takes CUDA tensors and returns DeviceTensors; on the CPU, whose
-        device memory is host memory, it is the same as "host")."""
-        return Session(self, num_threads=num_threads, device=device, io=io)
+        device memory is host memory, it is the same as "host"). cuda_graphs: on CUDA, the first run at each
+        shape records a CUDA graph and later runs at that shape replay it (False launches every kernel each
+        run); the session keeps the graphs of its cuda_graph_cache_size most recently used shapes."""
+        return Session(self, num_threads=num_threads, device=device, io=io, cuda_graphs=cuda_graphs,
+                       cuda_graph_cache_size=cuda_graph_cache_size)
 
     def close(self) -> None:
         """Releases the model now; sessions created from it must not be used afterwards."""
@@ -321,7 +327,8 @@ class DeviceTensor:
 class Session:
     """Scratch memory and threads for running a model. One thread at a time."""
 
-    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host"):
+    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host",
+                 cuda_graphs: bool = True, cuda_graph_cache_size: int = 64):
         self._model = model  # keeps the model alive while the session lives
         self._lib = model._lib
         self._handle = ctypes.c_void_p()
@@ -338,6 +345,8 @@ class Session:
         if io not in _MEMORY:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown io {io!r}; expected 'host' or 'device'")
         options.io_memory = _MEMORY[io]
+        options.cuda_graphs = 1 if cuda_graphs else 0
+        options.cuda_graph_cache_size = cuda_graph_cache_size
         _check(
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )

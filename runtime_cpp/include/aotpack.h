@@ -145,6 +145,17 @@ typedef enum aotpack_memory_t {
  *   memory, complete when run returns; the next run overwrites them, so work reading them on other streams
  *   must have finished by then.
  *
+ * CUDA graphs (cuda_graphs = 1, the default, where the driver has the graph API): the first run at a shape (the
+ * values of the model's symbols) records the run's work into a CUDA graph (its capture, which lets the driver
+ * allocate) and later runs at that shape replay it with one launch, so a run costs its kernels' time and not
+ * one launch per kernel. A session keeps the graphs of its cuda_graph_cache_size most recently used shapes.
+ * Every check works as without graphs: inputs and ranges are checked each run, kernels' index checks
+ * reported. A graph reads session-owned input memory: device-I/O inputs are copied into it on the session's
+ * stream before the replay (one device copy per input), host-I/O inputs staged in page-locked memory.
+ *
+ * Host I/O goes through page-locked (pinned) memory the session owns, sized for the declared maxima: the
+ * copies run asynchronously at full bandwidth, and aotpack_session_output points into that memory.
+ *
  * On AOTPACK_DEVICE_CPU the device's memory is host memory: AOTPACK_MEMORY_DEVICE is accepted and means
  * AOTPACK_MEMORY_HOST, which is what aotpack_session_io_memory reports. */
 typedef struct aotpack_session_options_t {
@@ -153,6 +164,10 @@ typedef struct aotpack_session_options_t {
   int32_t device_index;              /* default 0; the CUDA device ordinal for AOTPACK_DEVICE_CUDA */
   int32_t num_threads;               /* CPU threads kernels may use; default 1 */
   aotpack_memory_t io_memory;        /* where inputs and outputs are; default AOTPACK_MEMORY_HOST */
+  /* Added after the fields above (a caller built against the shorter struct gets the defaults). */
+  int32_t cuda_graphs;           /* 1 (default): replay a CUDA graph per shape; 0: launch every step each run */
+  int32_t cuda_graph_cache_size; /* shapes whose graphs a session keeps, least recently used evicted; default
+                                    64, 1..65536 */
 } aotpack_session_options_t;
 
 AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options);

@@ -40,6 +40,10 @@ struct WorkspaceOptions {
   int device_index = 0;
   int num_threads = 1;                          // 1..1024
   aotpack_memory_t io_memory = AOTPACK_MEMORY_HOST;
+  // Where the target can record a shape's run once and replay it (CUDA graphs): whether to, and how many
+  // shapes' recordings to keep (least recently used evicted). Targets without recordings ignore both.
+  bool graphs = true;
+  int graph_cache_size = 64;  // 1..65536
 };
 
 // A session's state on its target. One thread at a time, like its session.

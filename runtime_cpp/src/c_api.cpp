@@ -119,6 +119,8 @@ void aotpack_session_options_init(aotpack_session_options_t* options) {
   options->device_index = 0;
   options->num_threads = 1;
   options->io_memory = AOTPACK_MEMORY_HOST;
+  options->cuda_graphs = 1;
+  options->cuda_graph_cache_size = 64;
 }
 
 aotpack_status_t aotpack_session_create(const aotpack_model_t* model, const aotpack_session_options_t* options,

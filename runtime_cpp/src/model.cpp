@@ -5,6 +5,7 @@
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "timing.hpp"
 
 using namespace aotpack;
 
@@ -34,7 +35,9 @@ Status aotpack_model::load(const std::string& path, bool verify_digests, std::un
 }
 
 Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
+  PartTimer total("model load");
   AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests));
+  PartTimer parse("program and weights header");
   AOTPACK_RETURN_IF_ERROR(load_weights());
   MemberBytes program_bytes;
   AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));
@@ -45,6 +48,7 @@ Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
   AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
   place_weights();
+  parse.stop();
   AOTPACK_RETURN_IF_ERROR(load_targets(program_doc));
   build_infos();
   return Status();
@@ -143,7 +147,9 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
   for (size_t i = 0; i < num_backends(); ++i) {
     const Backend& b = backend(i);
     Target& t = targets_[i];
+    PartTimer timer("backend load");
     t.why_not = b.load(parts, &t.executable);
+    if (timings_enabled()) timer.stop(b.kind);
     if (t.executable) {
       t.why_not = Status();
       any_loaded = true;
