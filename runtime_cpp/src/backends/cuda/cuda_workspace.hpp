@@ -92,6 +92,7 @@ class CudaWorkspace final : public Workspace {
   cuda::CUstream stream_ = nullptr;
   std::vector<cuda::CUdeviceptr> allocations_;
   std::vector<void*> pinned_;                   // page-locked host allocations (cuMemHostAlloc)
+  uint64_t pinned_bytes_ = 0;
   std::vector<void*> host_inputs_;              // per program input, page-locked staging, with host I/O
   std::vector<void*> host_outputs_;             // per program output, page-locked, with host I/O
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
