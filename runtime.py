@@ -324,6 +324,18 @@ class DeviceTensor:
         return copy.view(torch.bfloat16) if isinstance(self.dtype, str) else copy
 
 
+class _SessionArray(np.ndarray):
+    """A numpy view of a session's output memory that keeps the session (and so the memory) alive."""
+
+    def __new__(cls, view: np.ndarray, session: Any) -> _SessionArray:  # noqa: PYI034
+        array = view.view(cls)
+        array._session = session
+        return array
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._session = getattr(obj, "_session", None)
+
+
 class Session:
     """Scratch memory and threads for running a model. One thread at a time."""
 
@@ -434,9 +446,10 @@ class Session:
         if torch is not None and torch.cuda.is_initialized():
             torch.cuda.current_stream(self._device_index).synchronize()
 
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray] | list[DeviceTensor]:
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any], copy: bool = True) -> list[np.ndarray] | list[DeviceTensor]:
         """Runs the model; inputs in signature order or by name. A host-I/O session takes arrays and returns
-        copies of the outputs as numpy arrays; a device-I/O session takes CUDA tensors (contiguous, with
+        copies of the outputs as numpy arrays (copy=False: read-only arrays over the session's own output
+        memory, no copy, valid until the next run); a device-I/O session takes CUDA tensors (contiguous, with
         data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run."""
         ordered = self._ordered(inputs)
         keep: list = []
@@ -446,7 +459,7 @@ class Session:
         if device_io:
             self._wait_for_torch()
         _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
-        return self._device_outputs() if device_io else self._host_outputs()
+        return self._device_outputs() if device_io else self._host_outputs(copy)
 
     def _device_outputs(self) -> list[DeviceTensor]:
         outputs = []
@@ -457,7 +470,7 @@ class Session:
             outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index, self))
         return outputs
 
-    def _host_outputs(self) -> list[np.ndarray]:
+    def _host_outputs(self, copy: bool = True) -> list[np.ndarray]:
         outputs = []
         for i in range(len(self._model.outputs)):
             t = _Tensor()
@@ -465,6 +478,13 @@ class Session:
             shape = tuple(t.shape[d] for d in range(t.rank))
             dtype = _DTYPES[t.dtype]
             dtype = np.dtype(np.uint16) if isinstance(dtype, str) else dtype
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if not copy:  # a view of the session's memory: it keeps the session alive, the next run overwrites it
+                buffer = (ctypes.c_char * max(nbytes, 1)).from_address(t.data) if nbytes else bytearray(1)
+                view = np.frombuffer(buffer, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+                view.flags.writeable = False
+                outputs.append(_SessionArray(view, self))
+                continue
             out = np.empty(shape, dtype=dtype)
             if out.nbytes:
                 ctypes.memmove(out.ctypes.data, t.data, out.nbytes)

@@ -91,3 +91,19 @@ def test_callers_built_before_graph_options_get_the_defaults(rt, mlp_package):
     handle = _create(rt, model, _options(rt, struct_size=IO_MEMORY_OPTIONS_SIZE, cuda_graphs=7,
                                          cuda_graph_cache_size=-3))
     rt.lib().aotpack_session_destroy(handle)
+
+
+def test_host_outputs_without_a_copy(rt, mlp_package):
+    """run(copy=False): read-only views of the session's output memory, valid until the next run."""
+    session = rt.Model(mlp_package).session()
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((5, 32)).astype(np.float32) for _ in range(2))
+    copied = session.run([x])[0]
+    (view,) = session.run([x], copy=False)
+    np.testing.assert_array_equal(view, copied)
+    assert not view.flags.writeable
+    session.run([y])
+    assert not np.array_equal(view, copied)  # overwritten by the next run, as documented
+    np.testing.assert_array_equal(view, session.run([y])[0])
+    del session  # the view keeps the session, and so its memory, alive
+    assert np.isfinite(view).all()
