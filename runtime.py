@@ -363,11 +363,12 @@ class Session:
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )
         self._device_index = options.device_index
+        self._io = "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
 
     @property
     def io(self) -> str:
         """Where run() takes inputs and returns outputs: "host" or "device" (only ever "host" on the CPU)."""
-        return "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
+        return self._io  # fixed at creation; asked of the runtime once, not on every run
 
     def _ordered(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list:
         if isinstance(inputs, np.ndarray) or hasattr(inputs, "data_ptr"):
