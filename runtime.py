@@ -89,7 +89,12 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _ModelOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("verify_digests", ctypes.c_int32)]
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("verify_digests", ctypes.c_int32),
+        ("prepare_device_type", ctypes.c_int32),
+        ("prepare_device_index", ctypes.c_int32),
+    ]
 
 
 class _SessionOptions(ctypes.Structure):
@@ -246,15 +251,28 @@ def _tensor_info(info: _TensorInfo) -> TensorInfo:
 # ---- model and session ---------------------------------------------------------------------------------
 
 
+def _device(device: str) -> tuple[int, int]:
+    """("cpu" | "cuda" | "cuda:N") as (aotpack_device_type_t, index)."""
+    kind, _, index = device.partition(":")
+    device_type = {"cpu": 0, "cuda": 1}.get(kind, -1)
+    if device_type < 0 or (index and not index.isdigit()):
+        raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+    return device_type, int(index or 0)
+
+
 class Model:
     """A loaded package. Immutable: share it across threads; give each thread its own Session."""
 
-    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True):
+    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, prepare: str | None = None):
+        """prepare: "cuda" or "cuda:N" sets the model up on that GPU (context, kernels, weights) while the load
+        checks the digests, instead of at its first session there; a failure there is the session's to report."""
         self._lib = lib()
         self._handle = ctypes.c_void_p()
         options = _ModelOptions()
         self._lib.aotpack_model_options_init(ctypes.byref(options))
         options.verify_digests = 1 if verify_digests else 0
+        if prepare is not None:
+            options.prepare_device_type, options.prepare_device_index = _device(prepare)
         _check(
             self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle))
         )
@@ -347,13 +365,7 @@ class Session:
         options = _SessionOptions()
         self._lib.aotpack_session_options_init(ctypes.byref(options))
         options.num_threads = num_threads
-        kind, _, index = device.partition(":")
-        options.device_type = {"cpu": 0, "cuda": 1}.get(kind, -1)
-        if options.device_type < 0 or (index and not index.isdigit()):
-            raise AotpackError(
-                StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'"
-            )
-        options.device_index = int(index or 0)
+        options.device_type, options.device_index = _device(device)
         if io not in _MEMORY:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown io {io!r}; expected 'host' or 'device'")
         options.io_memory = _MEMORY[io]

@@ -86,15 +86,27 @@ typedef struct aotpack_tensor_info_t {
 /* A loaded package. Immutable after load: safe to share across threads and sessions. */
 typedef struct aotpack_model aotpack_model_t;
 
+/* The device type a load may prepare, in prepare_device_type: none (the default). */
+#define AOTPACK_PREPARE_NONE (-1)
+
 typedef struct aotpack_model_options_t {
   uint32_t struct_size;   /* sizeof(aotpack_model_options_t); set by _init, lets the struct grow */
   int32_t verify_digests; /* 1 (default): check every member's sha256 against the manifest at load */
+  /* Added after the fields above (a caller built against the shorter struct gets the defaults). */
+  int32_t prepare_device_type;  /* an aotpack_device_type_t, or AOTPACK_PREPARE_NONE (the default): on
+                                   AOTPACK_DEVICE_CUDA, the load sets the model up on CUDA device
+                                   prepare_device_index (context, cubins, weights upload) while it checks the
+                                   digests, instead of at the first session there. A failure there is not the
+                                   load's: the session reports it. */
+  int32_t prepare_device_index; /* default 0 */
 } aotpack_model_options_t;
 
 AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
 
 /* Maps the package at `path` (a .aotpack file), validates its structure and, unless disabled, its
- * digests, and loads its CPU kernel library. `options` may be NULL for the defaults. On success *out is a
+ * digests, and loads its CPU kernel library. The digests are hashed on background threads while the rest of
+ * the load goes on (each member is used only once its digest matched, except the weights, which are only parsed
+ * by a validating reader or copied to a prepared device meanwhile); the load succeeds only when all matched. `options` may be NULL for the defaults. On success *out is a
  * new model, release it with aotpack_model_release. */
 AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
                                                 aotpack_model_t** out);

@@ -78,6 +78,10 @@ class Executable {
 
   // A new workspace: its memory for the declared maxima, and the constants on the device it runs on.
   virtual Status create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const = 0;
+
+  // Sets up device `device_index` now (what the first workspace there would do: constants uploaded, kernels
+  // loaded), so that a load can overlap it with checking the digests. Nothing for targets without such set-up.
+  virtual Status prepare(int /*device_index*/) const { return Status(); }
 };
 
 // A target kind. Constant, one per backend folder; listed in the registry.

@@ -361,7 +361,14 @@ int run(const Args& args) {
   if (args.timings) setenv("AOTPACK_TIMINGS", "1", 1);
   const auto start = clock::now();
   auto t0 = start;
-  aotpack::Model model(args.package, args.verify);
+  aotpack_model_options_t model_options;
+  aotpack_model_options_init(&model_options);
+  model_options.verify_digests = args.verify ? 1 : 0;
+  if (args.device == "cuda") {  // set the GPU up while the digests are checked
+    model_options.prepare_device_type = AOTPACK_DEVICE_CUDA;
+    model_options.prepare_device_index = args.device_index;
+  }
+  aotpack::Model model(args.package, model_options);
   double load_ms = ms_since(t0);
 
   aotpack_session_options_t options;

@@ -449,3 +449,51 @@ def test_a_device_the_host_lacks(runtime_build, package):
         env=fake_env(runtime_build),
     )
     assert result.returncode == 1 and "CUDA device 1 does not exist: this host has 1 CUDA device" in result.stderr
+
+
+def test_a_load_prepares_the_gpu_while_it_checks_the_digests(runtime_build, package, tmp_path):
+    """Model(prepare="cuda"): the cubins load and the weights upload during the load; the session finds them."""
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        model = rt.Model({str(package[0])!r}, prepare="cuda")
+        open({str(trace)!r}, "a").write("-- loaded\\n")
+        model.session(device="cuda").run([np.zeros((2, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    loaded = lines.index("-- loaded")
+    assert any(line.startswith("cuModuleLoadData") for line in lines[:loaded]), lines
+    assert any(line.startswith("cuMemcpyHtoD(") for line in lines[:loaded]), lines  # the weights
+    assert not any(line.startswith(("cuModuleLoadData", "cuMemcpyHtoD(")) for line in lines[loaded:]), lines
+
+
+def test_a_prepared_load_still_fails_on_a_bad_digest(runtime_build, package, tmp_path):
+    """The weights upload before their digest is known; a mismatch still fails the load, and frees the device."""
+    from runtime_helpers import flip_byte
+
+    bad = flip_byte(package[0], tmp_path / "bad.aotpack", "weights.safetensors", 200)
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        from aotpack import runtime as rt
+        try:
+            rt.Model({str(bad)!r}, prepare="cuda")
+        except rt.AotpackError as e:
+            print(e.code.name, e)
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"DATA_LOSS package {bad}: member weights.safetensors does not match its sha256 "
+                                    "digest in manifest.json"), result.stdout
+    lines = trace.read_text().splitlines()
+    allocations = [line.split(" = ")[1] for line in lines if line.startswith("cuMemAlloc(")]
+    assert allocations and all(f"cuMemFree({a}+0)" in lines for a in allocations), lines
+    assert "cuModuleUnload" in lines and "cuDevicePrimaryCtxRelease(0)" in lines, lines
