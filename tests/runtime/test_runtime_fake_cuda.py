@@ -497,3 +497,32 @@ def test_a_prepared_load_still_fails_on_a_bad_digest(runtime_build, package, tmp
     allocations = [line.split(" = ")[1] for line in lines if line.startswith("cuMemAlloc(")]
     assert allocations and all(f"cuMemFree({a}+0)" in lines for a in allocations), lines
     assert "cuModuleUnload" in lines and "cuDevicePrimaryCtxRelease(0)" in lines, lines
+
+
+@pytest.mark.parametrize("io", ["host", "device"])
+def test_a_stream_that_cannot_capture_runs_without_graphs(runtime_build, package, tmp_path, io):
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io={io!r})
+big = alloc(16 * 8 * 4)
+for n in (3, 3, 5):
+    x = Dev(big, (n, 8)) if {io!r} == "device" else np.zeros((n, 8), np.float32)
+    (out,) = session.run([x])
+    assert out.shape == (n, 4)
+""",
+        FAKE_CUDA_TRACE=str(trace),
+        FAKE_CUDA_FAIL_CAPTURE="1",
+        AOTPACK_TIMINGS="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuda graphs off for this session, capture refused" in result.stderr, result.stderr
+    runs = runs_of(trace)
+    assert len(runs) == 3 and calls_of(runs[0]).count("cuStreamBeginCapture") == 1, runs
+    for run in runs:  # every run launches its steps directly, the first (whose capture was refused) included
+        assert [c for c in calls_of(run) if c == "cuLaunchKernel"] == ["cuLaunchKernel"] * steps, run
+        assert not any("cuGraph" in c or c.startswith("capture") for c in calls_of(run)), run
+        if io == "host":
+            assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 2

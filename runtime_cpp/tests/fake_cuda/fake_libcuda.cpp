@@ -8,7 +8,8 @@
  * of the runtime's launches, copies and checks that tests compare across versions of the runtime.
  *
  * FAKE_CUDA_FAIL_LAUNCH=<n> makes the n-th cuLaunchKernel (from 1) and FAKE_CUDA_FAIL_SYNC=<n> the n-th
- * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths.
+ * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths;
+ * FAKE_CUDA_FAIL_CAPTURE=<n> makes the n-th cuStreamBeginCapture fail with CUDA_ERROR_NOT_SUPPORTED (801).
  *
  * Page-locked host memory (cuMemHostAlloc) is host memory too, written h<k>+<offset> in the trace. CUDA graphs are
  * recorded and replayed for real: between cuStreamBeginCapture and cuStreamEndCapture the stream's copies,
@@ -368,8 +369,10 @@ CUresult cuMemFreeHost(void* p) {
 }
 
 CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+  static int count;
   (void)stream;
   trace("cuStreamBeginCapture(mode %d)", mode);
+  if (fails_now("FAKE_CUDA_FAIL_CAPTURE", &count)) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
   if (g_capturing) return 1;
   if (g_num_graphs == kMaxGraphs) return 2;
   g_capturing = (Graph*)calloc(1, sizeof(Graph));

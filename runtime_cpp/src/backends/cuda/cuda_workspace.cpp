@@ -271,7 +271,17 @@ Status CudaWorkspace::run_steps(const int64_t* symbols) {
       g->last_used = 0;
       AOTPACK_RETURN_IF_ERROR(check(d, r, "cuGraphExecDestroy"));
     }
-    AOTPACK_RETURN_IF_ERROR(capture(symbols, &g->exec));
+    bool unsupported = false;
+    Status st = capture(symbols, &g->exec, &unsupported);
+    if (unsupported) {
+      // The stream cannot capture here (the driver or its configuration refuses): this session launches
+      // directly from now on, this run included (its inputs are already where the launches read them).
+      graphs_ = false;
+      report_timing("cuda graphs off for this session, capture refused", 0, st.message());
+      if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
+      return queue_steps(symbols);
+    }
+    AOTPACK_RETURN_IF_ERROR(st);
     std::copy(symbols, symbols + g->symbols.size(), g->symbols.begin());
   }
   g->last_used = graph_clock_;
@@ -304,13 +314,17 @@ Status CudaWorkspace::queue_run(const int64_t* symbols) {
 }
 
 // Records what a run at this shape queues into a graph and instantiates it. Nothing runs while the stream
-// captures; a failure ends the capture, so the stream stays usable.
-Status CudaWorkspace::capture(const int64_t* symbols, CUgraphExec* out) {
+// captures; a failure ends the capture, so the stream stays usable. *unsupported (with the reason returned) when
+// the stream would not capture work that queued fine: the caller then runs without graphs. A failed launch or
+// instantiation is the run's error.
+Status CudaWorkspace::capture(const int64_t* symbols, CUgraphExec* out, bool* unsupported) {
   const Driver& d = *device_->driver;
   PartTimer capture_timer("cuda graph capture");
-  AOTPACK_RETURN_IF_ERROR(check(d, d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                                str_cat("cuStreamBeginCapture (recording a CUDA graph on ", device_->label,
-                                        "; create the session with cuda_graphs = 0 to run without graphs)").c_str()));
+  CUresult began = d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (began != CUDA_SUCCESS) {
+    *unsupported = true;
+    return check(d, began, str_cat("cuStreamBeginCapture on ", device_->label).c_str());
+  }
   Status queued = queue_run(symbols);
   CUgraph graph = nullptr;
   CUresult ended = d.cuStreamEndCapture(stream_, &graph);
@@ -318,8 +332,12 @@ Status CudaWorkspace::capture(const int64_t* symbols, CUgraphExec* out) {
     if (graph) d.cuGraphDestroy(graph);
     return queued;
   }
-  AOTPACK_RETURN_IF_ERROR(check(d, ended, "cuStreamEndCapture (recording a CUDA graph)"));
-  if (!graph) return internal_error("cuStreamEndCapture returned no graph");
+  if (ended != CUDA_SUCCESS || !graph) {
+    if (graph) d.cuGraphDestroy(graph);
+    *unsupported = true;
+    if (ended == CUDA_SUCCESS) return internal_error("cuStreamEndCapture returned no graph");
+    return check(d, ended, str_cat("cuStreamEndCapture on ", device_->label).c_str());
+  }
   capture_timer.stop();
   PartTimer instantiate_timer("cuda graph instantiate");
   CUresult r = d.cuGraphInstantiateWithFlags ? d.cuGraphInstantiateWithFlags(out, graph, 0)

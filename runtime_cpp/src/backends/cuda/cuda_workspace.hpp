@@ -79,7 +79,7 @@ class CudaWorkspace final : public Workspace {
   Status queue_output_copies(const int64_t* symbols);
   Status queue_flag_read();
   Status queue_run(const int64_t* symbols);
-  Status capture(const int64_t* symbols, cuda::CUgraphExec* out);
+  Status capture(const int64_t* symbols, cuda::CUgraphExec* out, bool* unsupported);
   Graph* find_graph(const int64_t* symbols);
   Graph* graph_to_replace();
   Status finish();
