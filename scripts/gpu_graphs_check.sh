@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 OUT=${1:?usage: scripts/gpu_graphs_check.sh OUT [BENCH_BUDGET_S]}
-BUDGET=${2:-330}
+BUDGET=${2:-300}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT/site" "$OUT/bench"
 OUT=$(cd "$OUT" && pwd)
@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | t
 export AOTPACK_RUNTIME_LIB="$REPO/build/runtime/libaotpack.so"
 echo "== built $(( $(date +%s) - START )) s"
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 6")  # parallel exports where pytest-xdist is there
-AOTPACK_COMPILE_JOBS=2 timeout "${GPU_TEST_TIMEOUT:-170}" $PY -m pytest -q -rA -p no:cacheprovider $XDIST \
+AOTPACK_COMPILE_JOBS=2 timeout "${GPU_TEST_TIMEOUT:-150}" $PY -m pytest -q -rA -p no:cacheprovider $XDIST \
   tests/gpu/test_gpu_graphs.py tests/gpu/test_gpu_allocations.py tests/gpu/test_gpu_device_io.py \
   --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
 echo "== GPU tests rc $? at $(( $(date +%s) - START )) s"; grep -E "^(PASSED|FAILED|ERROR|SKIPPED)" "$OUT/gpu_tests.log" | cut -c1-200; tail -2 "$OUT/gpu_tests.log"
