@@ -13,6 +13,10 @@ needed only to make the inputs; this module imports it only in DeviceTensor.to_t
     session = model.session(device="cuda", io="device")
     outputs = session.run([x_cuda])                 # torch CUDA tensors, read in place
     y = outputs[0].to_torch()                       # or torch.as_tensor(outputs[0]): no copy, see DeviceTensor
+
+CUDA sessions record a CUDA graph at each new shape and replay it after (cuda_graphs=False turns that off;
+cuda_graph_cache_size bounds the shapes kept), and `Model(path, prepare="cuda")` sets the GPU up while the
+load checks the digests.
 """
 
 from __future__ import annotations
