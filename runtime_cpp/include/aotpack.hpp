@@ -48,6 +48,10 @@ class Model {
     options.verify_digests = verify_digests ? 1 : 0;
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }
+  // With every option (aotpack_model_options_init first).
+  Model(const std::string& path, const aotpack_model_options_t& options) {
+    check(aotpack_model_load(path.c_str(), &options, &model_));
+  }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
   Model(Model&& other) noexcept : model_(std::exchange(other.model_, nullptr)) {}

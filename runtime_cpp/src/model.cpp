@@ -5,6 +5,7 @@
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "timing.hpp"
 
 using namespace aotpack;
 
@@ -26,15 +27,28 @@ std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::
 
 }  // namespace
 
-Status aotpack_model::load(const std::string& path, bool verify_digests, std::unique_ptr<aotpack_model>* out) {
+Status aotpack_model::load(const std::string& path, const LoadOptions& options, std::unique_ptr<aotpack_model>* out) {
   std::unique_ptr<aotpack_model> model(new aotpack_model());
-  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests).prefixed("package " + path));
+  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, options).prefixed("package " + path));
   *out = std::move(model);
   return Status();
 }
 
-Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
-  AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests));
+// The package's digests are checked on background threads while the rest loads (Package): a member is used only
+// once its digest matched, except the weights, which are parsed by a validating reader and may be uploaded to a
+// prepared device meanwhile. The load succeeds only when every digest matched; a mismatch is reported before
+// any other failure, which it would explain.
+Status aotpack_model::load_impl(const std::string& path, const LoadOptions& options) {
+  PartTimer total("model load");
+  AOTPACK_RETURN_IF_ERROR(package_.open(path, options.verify_digests));
+  Status loaded = load_parts(options);
+  Status digests = package_.wait_for_digests();
+  AOTPACK_RETURN_IF_ERROR(digests);
+  return loaded;
+}
+
+Status aotpack_model::load_parts(const LoadOptions& options) {
+  PartTimer parse("program and weights header");
   AOTPACK_RETURN_IF_ERROR(load_weights());
   MemberBytes program_bytes;
   AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));
@@ -45,14 +59,31 @@ Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
   AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
   place_weights();
+  parse.stop();
   AOTPACK_RETURN_IF_ERROR(load_targets(program_doc));
   build_infos();
+  prepare(options);
   return Status();
+}
+
+// The device set up now rather than at the first session; a failure here is the session's to report (it
+// tries again and says why), so it is not the load's.
+void aotpack_model::prepare(const LoadOptions& options) const {
+  if (options.prepare_device_type < 0) return;
+  size_t index = 0;
+  if (!find_backend(static_cast<aotpack_device_type_t>(options.prepare_device_type), &index)) return;
+  Status why;
+  const Executable* executable = this->executable(index, &why);
+  if (!executable) return;
+  PartTimer timer("preparing the device during the load");
+  Status st = executable->prepare(options.prepare_device_index);
+  if (timings_enabled()) timer.stop(st.ok() ? std::string(backend(index).kind) : st.message());
 }
 
 Status aotpack_model::load_weights() {
   MemberBytes bytes;
-  AOTPACK_RETURN_IF_ERROR(package_.member(kWeightsMember, &bytes));
+  // Parsed before its digest is checked (the header is validated as it is read); wait_for_digests follows.
+  AOTPACK_RETURN_IF_ERROR(package_.member_unverified(kWeightsMember, &bytes));
   return safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember);
 }
 
@@ -143,7 +174,9 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
   for (size_t i = 0; i < num_backends(); ++i) {
     const Backend& b = backend(i);
     Target& t = targets_[i];
+    PartTimer timer("backend load");
     t.why_not = b.load(parts, &t.executable);
+    if (timings_enabled()) timer.stop(b.kind);
     if (t.executable) {
       t.why_not = Status();
       any_loaded = true;

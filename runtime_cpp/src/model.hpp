@@ -17,8 +17,15 @@
 // The C API's opaque model. Immutable after load: safe to share across threads and sessions.
 struct aotpack_model {
  public:
+  struct LoadOptions {
+    bool verify_digests = true;
+    // Sets the model up for this device during the load, while the digests are checked (Executable::prepare):
+    // a prepare_device_type of -1 for none.
+    int prepare_device_type = -1;
+    int prepare_device_index = 0;
+  };
   // Every error message starts with "package PATH: ".
-  static aotpack::Status load(const std::string& path, bool verify_digests, std::unique_ptr<aotpack_model>* out);
+  static aotpack::Status load(const std::string& path, const LoadOptions& options, std::unique_ptr<aotpack_model>* out);
 
   const aotpack::Program& program() const { return program_; }
   const std::vector<aotpack_tensor_info_t>& input_infos() const { return input_infos_; }
@@ -35,7 +42,9 @@ struct aotpack_model {
     aotpack::Status why_not;
   };
 
-  aotpack::Status load_impl(const std::string& path, bool verify_digests);
+  aotpack::Status load_impl(const std::string& path, const LoadOptions& options);
+  aotpack::Status load_parts(const LoadOptions& options);
+  void prepare(const LoadOptions& options) const;
   aotpack::Status load_weights();
   aotpack::Status check_signature() const;
   void place_weights();
