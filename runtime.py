@@ -294,7 +294,7 @@ class Model:
                        cuda_graph_cache_size=cuda_graph_cache_size)
 
     def close(self) -> None:
-        """Releases the model now; sessions created from it must not be used afterwards."""
+        """Drops this object's reference to the model; sessions made from it keep it alive until they close."""
         if getattr(self, "_handle", None) and self._handle.value:
             self._lib.aotpack_model_release(self._handle)
             self._handle = ctypes.c_void_p()

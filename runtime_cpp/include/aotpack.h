@@ -110,7 +110,9 @@ AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
  * new model, release it with aotpack_model_release. */
 AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
                                                 aotpack_model_t** out);
-AOTPACK_API void aotpack_model_release(aotpack_model_t* model); /* NULL is fine */
+/* Drops the caller's reference; sessions hold their own, so the model is freed when the last of them is
+ * destroyed. NULL is fine. */
+AOTPACK_API void aotpack_model_release(aotpack_model_t* model);
 
 AOTPACK_API size_t aotpack_model_num_inputs(const aotpack_model_t* model);
 AOTPACK_API size_t aotpack_model_num_outputs(const aotpack_model_t* model);
@@ -187,7 +189,7 @@ AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options
 /* Allocates the session's arena and output memory for the declared maxima, so a run allocates nothing.
  * On CUDA, UNSUPPORTED when the driver or device is missing, the package has no cubins for the device's
  * compute capability (the message names both) or the driver is older than the cubins need.
- * `model` is borrowed and must outlive the session. On success *out is a new session, destroy it with
+ * The session keeps `model` alive (a reference of its own) until it is destroyed. On success *out is a new session, destroy it with
  * aotpack_session_destroy. */
 AOTPACK_API aotpack_status_t aotpack_session_create(const aotpack_model_t* model,
                                                     const aotpack_session_options_t* options,

@@ -95,7 +95,9 @@ aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_option
   });
 }
 
-void aotpack_model_release(aotpack_model_t* model) { delete model; }
+void aotpack_model_release(aotpack_model_t* model) {
+  if (model) model->release();
+}
 
 size_t aotpack_model_num_inputs(const aotpack_model_t* model) { return model ? model->input_infos().size() : 0; }
 

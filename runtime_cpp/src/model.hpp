@@ -3,6 +3,7 @@
 #ifndef AOTPACK_SRC_MODEL_HPP_
 #define AOTPACK_SRC_MODEL_HPP_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,8 +16,16 @@
 #include "status.hpp"
 
 // The C API's opaque model. Immutable after load: safe to share across threads and sessions.
+// Reference-counted: the loader's reference and one per session, so a model released while its sessions
+// live (in C, or by Python's garbage collector finalizing a model before its session) stays until they end.
 struct aotpack_model {
  public:
+  void retain() const { references_.fetch_add(1, std::memory_order_relaxed); }
+  // Drops one reference; the last one deletes the model.
+  void release() const {
+    if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
   struct LoadOptions {
     bool verify_digests = true;
     // Sets the model up for this device during the load, while the digests are checked (Executable::prepare):
@@ -51,6 +60,7 @@ struct aotpack_model {
   aotpack::Status load_targets(const aotpack::json::Value& program_doc);
   void build_infos();
 
+  mutable std::atomic<int> references_{1};
   aotpack::Package package_;
   std::vector<aotpack::safetensors::TensorView> weights_;
   aotpack::Program program_;

@@ -21,6 +21,11 @@ std::string dtype_label(aotpack_dtype_t dtype) {
 
 }  // namespace
 
+aotpack_session::~aotpack_session() {
+  workspace_.reset();  // the workspace uses the model's executable: gone before the model may be
+  model_->release();
+}
+
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
   size_t backend_index = 0;
