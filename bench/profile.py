@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from aotpack.packages.program import evaluate_size
 from safetensors.numpy import load as load_safetensors
 
 NUMPY = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.uint16,
@@ -41,24 +42,6 @@ KernelCtx._fields_ = [("abi_version", ctypes.c_int32), ("num_threads", ctypes.c_
                       ("thread_scratch", THREAD_SCRATCH)]
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(KernelCtx), ctypes.POINTER(ctypes.c_void_p),
                           ctypes.POINTER(ctypes.c_int64))
-
-
-def evaluate(expr: object, symbols: dict[str, int]) -> int:
-    if isinstance(expr, int):
-        return expr
-    if isinstance(expr, str):
-        return symbols[expr]
-    op, *args = expr
-    values = [evaluate(a, symbols) for a in args]
-    if op == "+":
-        return sum(values)
-    if op == "*":
-        return int(np.prod(values))
-    if op == "//":
-        return values[0] // values[1]
-    if op == "%":
-        return values[0] % values[1]
-    return max(values) if op == "max" else min(values)
 
 
 def families(source: str) -> dict[str, str]:
@@ -88,7 +71,7 @@ def profile(path: Path, symbol_values: dict[str, int], repeat: int) -> list[tupl
     rng = np.random.default_rng(0)
     keep, pointers = [], {}
     for b in program["buffers"]:
-        shape = [evaluate(d, symbols) for d in b["shape"]]
+        shape = [evaluate_size(d, symbols) for d in b["shape"]]
         if b["kind"] == "input":
             dtype = NUMPY[b["dtype"]]
             array = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)

@@ -13,6 +13,7 @@ without that target still parses the program and then refuses the package for la
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,3 +122,27 @@ def read_program(value: Any) -> ProgramDoc:
     sections = {k: v for k, v in value.items() if k not in known}
     return ProgramDoc(symbols, bindings["inputs"], bindings["outputs"], tuple(buffers),
                       need(value, "arena_bytes", int, "$"), steps, sections)
+
+
+def evaluate_size(dim: Any, symbols: Mapping[str, int]) -> int:
+    """A size in program.json's and the signature's form (int, symbol name, or [op, args...]) at `symbols`."""
+    if isinstance(dim, int):
+        return dim
+    if isinstance(dim, str):
+        return symbols[dim]
+    op, *args = dim
+    values = [evaluate_size(a, symbols) for a in args]
+    if op == "+":
+        return sum(values)
+    if op == "*":
+        out = 1
+        for v in values:
+            out *= v
+        return out
+    if op == "//":
+        return values[0] // values[1]
+    if op == "%":
+        return values[0] % values[1]
+    if op in ("max", "min"):
+        return (max if op == "max" else min)(values)
+    raise ValueError(f"a size expression with an unknown op {op!r}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..errors import AotpackError
+from ..packages.program import evaluate_size
 
 
 @dataclass(frozen=True)
@@ -56,30 +56,6 @@ def range_points(symbols: Sequence[Mapping[str, Any]], example: Mapping[str, int
     return points
 
 
-def evaluate(dim: Any, symbols: Mapping[str, int]) -> int:
-    """A signature dimension (int, symbol name, or [op, args...] as in program.json) at `symbols`."""
-    if isinstance(dim, int):
-        return dim
-    if isinstance(dim, str):
-        return symbols[dim]
-    op, *args = dim
-    values = [evaluate(a, symbols) for a in args]
-    if op == "+":
-        return sum(values)
-    if op == "*":
-        out = 1
-        for v in values:
-            out *= v
-        return out
-    if op == "//":
-        return values[0] // values[1]
-    if op == "%":
-        return values[0] % values[1]
-    if op in ("max", "min"):
-        return (max if op == "max" else min)(values)
-    raise AotpackError(f"aotpack bug: the signature has a size expression with an unknown op {op!r}")
-
-
 def example_symbols(signature: Mapping[str, Any], examples: Sequence[torch.Tensor]) -> dict[str, int]:
     """The symbols' values at the example inputs' shapes."""
     values: dict[str, int] = {}
@@ -98,7 +74,7 @@ def inputs_at(signature: Mapping[str, Any], examples: Sequence[torch.Tensor], po
     gen = torch.Generator().manual_seed(seed)
     out = []
     for info, example in zip(signature["inputs"], examples):
-        shape = [evaluate(d, point.symbols) for d in info["shape"]]
+        shape = [evaluate_size(d, point.symbols) for d in info["shape"]]
         if example.is_floating_point():
             out.append(torch.randn(shape, generator=gen).to(example.dtype))
         else:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from aotpack.packages.program import evaluate_size
 from aotpack.verification import Point, allowed_error, inputs_at, judge, range_points
-from aotpack.verification.points import evaluate, inner_value
+from aotpack.verification.points import inner_value
 from aotpack.verification.report import verification_table
 
 
@@ -61,7 +62,7 @@ def test_inputs_at_a_point_draw_floats_and_repeat_integer_examples():
     x, ids = inputs_at(signature, examples, Point("max", {"batch": 3, "seq": 5}), seed=1)
     assert x.shape == (3, 10) and x.dtype == torch.float32 and x.std() > 0.5
     assert ids.tolist() == [[1, 2, 3, 1, 2], [4, 5, 6, 4, 5], [1, 2, 3, 1, 2]]
-    assert evaluate(["max", ["//", "seq", 2], 1], {"seq": 9}) == 4
+    assert evaluate_size(["max", ["//", "seq", 2], 1], {"seq": 9}) == 4
 
 
 def test_inspect_table_reads_this_record_and_the_old_one():
