@@ -90,7 +90,13 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _ModelOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("verify_digests", ctypes.c_int32)]
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("verify_digests", ctypes.c_int32),
+        ("public_key_path", ctypes.c_char_p),
+        ("public_key_pem", ctypes.c_char_p),
+        ("signature_path", ctypes.c_char_p),
+    ]
 
 
 class _SessionOptions(ctypes.Structure):
@@ -154,6 +160,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_model_input_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
         "aotpack_model_output_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
         "aotpack_model_manifest": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "aotpack_model_digest": (ctypes.c_char_p, [ctypes.c_void_p]),
         "aotpack_session_options_init": (None, [P(_SessionOptions)]),
         "aotpack_session_create": (_Status, [ctypes.c_void_p, P(_SessionOptions), P(ctypes.c_void_p)]),
         "aotpack_session_destroy": (None, [ctypes.c_void_p]),
@@ -237,12 +244,25 @@ def _tensor_info(info: _TensorInfo) -> TensorInfo:
 class Model:
     """A loaded package. Immutable: share it across threads; give each thread its own Session."""
 
-    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True):
+    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, *,
+                 public_key: str | os.PathLike[str] | bytes | None = None,
+                 signature: str | os.PathLike[str] | None = None):
+        """public_key: a trusted PEM public key (a path, or the PEM itself as bytes); the package must then
+        carry a signature by it (`aotpack sign --key`), in `signature` (default: "<path>.sig"), checked
+        before anything of the package is used (docs/registries.md)."""
         self._lib = lib()
         self._handle = ctypes.c_void_p()
         options = _ModelOptions()
         self._lib.aotpack_model_options_init(ctypes.byref(options))
         options.verify_digests = 1 if verify_digests else 0
+        if isinstance(public_key, (bytes, bytearray)):
+            if b"\0" in public_key:
+                raise AotpackError(StatusCode.INVALID_ARGUMENT, "public_key (PEM bytes) contains a NUL byte")
+            options.public_key_pem = bytes(public_key)
+        elif public_key is not None:
+            options.public_key_path = os.fsencode(public_key)
+        if signature is not None:
+            options.signature_path = os.fsencode(signature)
         _check(
             self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle))
         )
@@ -250,6 +270,8 @@ class Model:
         self.inputs = self._infos(self._lib.aotpack_model_num_inputs, self._lib.aotpack_model_input_info)
         self.outputs = self._infos(self._lib.aotpack_model_num_outputs, self._lib.aotpack_model_output_info)
         self.manifest: dict[str, Any] = json.loads(self._lib.aotpack_model_manifest(self._handle).decode())
+        # The package digest, "sha256:<hex>" of manifest.json as stored (what `aotpack inspect` prints).
+        self.digest: str = self._lib.aotpack_model_digest(self._handle).decode()
 
     def _infos(self, count_fn, info_fn) -> list[TensorInfo]:
         infos = []

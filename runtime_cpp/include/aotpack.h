@@ -86,9 +86,19 @@ typedef struct aotpack_tensor_info_t {
 /* A loaded package. Immutable after load: safe to share across threads and sessions. */
 typedef struct aotpack_model aotpack_model_t;
 
+/* Requiring a signature (docs/registries.md): with a public key set, the package must carry an OpenSSF Model
+ * Signing signature by that key, as `aotpack sign --key` writes it, over exactly its members. It is checked
+ * when the zip directory has been read, before manifest.json is parsed, any weight is used or any kernel
+ * library is opened; a member missing, added or changed fails the load naming it (DATA_LOSS), as do a
+ * signature by another key and a malformed signature file; no signature file is NOT_FOUND. The check needs
+ * OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1, opened at run time; UNSUPPORTED, saying so, without it).
+ * The strings are borrowed for the duration of aotpack_model_load only. */
 typedef struct aotpack_model_options_t {
   uint32_t struct_size;   /* sizeof(aotpack_model_options_t); set by _init, lets the struct grow */
   int32_t verify_digests; /* 1 (default): check every member's sha256 against the manifest at load */
+  const char* public_key_path; /* a trusted PEM public key file; NULL (default): no signature is required */
+  const char* public_key_pem;  /* or the PEM text itself, NUL-terminated; at most one of the two is set */
+  const char* signature_path;  /* the signature file; NULL (default): "<path>.sig", where `aotpack sign` puts it */
 } aotpack_model_options_t;
 
 AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
@@ -108,6 +118,9 @@ AOTPACK_API aotpack_status_t aotpack_model_output_info(const aotpack_model_t* mo
                                                        aotpack_tensor_info_t* out);
 /* The package's manifest.json text. Borrowed from the model. */
 AOTPACK_API const char* aotpack_model_manifest(const aotpack_model_t* model);
+/* The package digest, "sha256:<64 hex digits>" of manifest.json's bytes as stored (what `aotpack inspect`
+ * prints; docs/registries.md). Borrowed from the model, valid while it lives; "" for NULL. */
+AOTPACK_API const char* aotpack_model_digest(const aotpack_model_t* model);
 
 /* ---- session ------------------------------------------------------------------------------------ */
 

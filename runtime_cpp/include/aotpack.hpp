@@ -48,6 +48,10 @@ class Model {
     options.verify_digests = verify_digests ? 1 : 0;
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }
+  // Any options (a required signature: public_key_path or public_key_pem, signature_path).
+  Model(const std::string& path, const aotpack_model_options_t& options) {
+    check(aotpack_model_load(path.c_str(), &options, &model_));
+  }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
   Model(Model&& other) noexcept : model_(std::exchange(other.model_, nullptr)) {}
@@ -73,6 +77,8 @@ class Model {
     return info;
   }
   std::string manifest() const { return aotpack_model_manifest(model_); }
+  // The package digest, "sha256:<hex>" of manifest.json as stored.
+  std::string digest() const { return aotpack_model_digest(model_); }
 
   const aotpack_model_t* get() const { return model_; }
 

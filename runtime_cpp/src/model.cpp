@@ -26,15 +26,16 @@ std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::
 
 }  // namespace
 
-Status aotpack_model::load(const std::string& path, bool verify_digests, std::unique_ptr<aotpack_model>* out) {
+Status aotpack_model::load(const std::string& path, bool verify_digests, const RequiredSignature* signature,
+                           std::unique_ptr<aotpack_model>* out) {
   std::unique_ptr<aotpack_model> model(new aotpack_model());
-  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests).prefixed("package " + path));
+  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests, signature).prefixed("package " + path));
   *out = std::move(model);
   return Status();
 }
 
-Status aotpack_model::load_impl(const std::string& path, bool verify_digests) {
-  AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests));
+Status aotpack_model::load_impl(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
+  AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests, signature));
   AOTPACK_RETURN_IF_ERROR(load_weights());
   MemberBytes program_bytes;
   AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));

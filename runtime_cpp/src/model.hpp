@@ -18,12 +18,15 @@
 struct aotpack_model {
  public:
   // Every error message starts with "package PATH: ".
-  static aotpack::Status load(const std::string& path, bool verify_digests, std::unique_ptr<aotpack_model>* out);
+  // With `signature`, the package must be signed by its key (Package::open) before anything else is read.
+  static aotpack::Status load(const std::string& path, bool verify_digests,
+                              const aotpack::RequiredSignature* signature, std::unique_ptr<aotpack_model>* out);
 
   const aotpack::Program& program() const { return program_; }
   const std::vector<aotpack_tensor_info_t>& input_infos() const { return input_infos_; }
   const std::vector<aotpack_tensor_info_t>& output_infos() const { return output_infos_; }
   const std::string& manifest_text() const { return package_.manifest_text(); }
+  const std::string& digest() const { return package_.digest(); }
 
   // The executable of backend `index` (registry order) for this package, or null when it has none; then
   // *why says why (OK when the package has no target of that kind).
@@ -35,7 +38,7 @@ struct aotpack_model {
     aotpack::Status why_not;
   };
 
-  aotpack::Status load_impl(const std::string& path, bool verify_digests);
+  aotpack::Status load_impl(const std::string& path, bool verify_digests, const aotpack::RequiredSignature* signature);
   aotpack::Status load_weights();
   aotpack::Status check_signature() const;
   void place_weights();

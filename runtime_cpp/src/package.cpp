@@ -5,7 +5,7 @@
 
 namespace aotpack {
 
-Status Package::open(const std::string& path, bool verify_digests) {
+Status Package::open(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
   AOTPACK_RETURN_IF_ERROR(file_.open(path));
   Status st = read_zip_directory(file_.data(), file_.size(), &members_);
   if (!st.ok()) return st;
@@ -14,10 +14,12 @@ Status Package::open(const std::string& path, bool verify_digests) {
       return data_loss("member ", m.name, " starts at offset ", m.offset,
                        ", not a multiple of 64 as the format requires (was the package rewritten by another zip tool?)");
   }
+  if (signature) AOTPACK_RETURN_IF_ERROR(check_signature(*signature));
   MemberBytes manifest;
   if (!member(kManifestMember, &manifest).ok())
     return data_loss("no manifest.json member: this is not an aotpack package");
   manifest_text_.assign(reinterpret_cast<const char*>(manifest.data), manifest.size);
+  digest_ = "sha256:" + sha256_hex(manifest.data, manifest.size);
   AOTPACK_RETURN_IF_ERROR(json::parse(manifest_text_, &manifest_).prefixed("manifest.json"));
   AOTPACK_RETURN_IF_ERROR(JsonReader("manifest.json").expect_object(manifest_, ""));
   AOTPACK_RETURN_IF_ERROR(check_format());
@@ -33,6 +35,17 @@ Status Package::member(std::string_view name, MemberBytes* out) const {
     }
   }
   return not_found("member ", name, " is missing");
+}
+
+Status Package::check_signature(const RequiredSignature& signature) {
+  std::string bundle;
+  AOTPACK_RETURN_IF_ERROR(read_small_file(signature.path, kMaxSignatureFileBytes, "signature file", &bundle));
+  std::vector<SignedMember> members;
+  members.reserve(members_.size());
+  for (const ZipMember& m : members_) {
+    members.push_back({m.name, file_.data() + m.offset, static_cast<size_t>(m.size)});
+  }
+  return verify_package_signature(signature.key, signature.path, bundle, members, &verified_sha256_);
 }
 
 Status Package::check_format() const {
@@ -68,7 +81,8 @@ Status Package::check_members(bool verify_digests) const {
       return data_loss("member ", name, " is ", bytes.size, " bytes, but manifest.json says ", size,
                        " (the file is corrupt or was modified); re-export it, or pass verify_digests=0 only for "
                        "trusted files");
-    if (sha256_hex(bytes.data, bytes.size) != digest)
+    auto known = verified_sha256_.find(name);
+    if ((known != verified_sha256_.end() ? known->second : sha256_hex(bytes.data, bytes.size)) != digest)
       return data_loss("member ", name,
                        " does not match its sha256 digest in manifest.json (the file is corrupt or was modified); "
                        "re-export it, or pass verify_digests=0 only for trusted files");
