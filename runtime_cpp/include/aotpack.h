@@ -121,6 +121,26 @@ AOTPACK_API const char* aotpack_model_manifest(const aotpack_model_t* model);
 /* The package digest, "sha256:<64 hex digits>" of manifest.json's bytes as stored (what `aotpack inspect`
  * prints; docs/registries.md). Borrowed from the model, valid while it lives; "" for NULL. */
 AOTPACK_API const char* aotpack_model_digest(const aotpack_model_t* model);
+/* "sha256:<hex>" of the weights the model runs: its package's weights.safetensors (the manifest's record of it),
+ * or, for a model made by aotpack_model_refit, of the bytes given there (so equal to the weights member of the
+ * package `aotpack refit` writes from them). Borrowed from the model, valid while it lives; "" for NULL. */
+AOTPACK_API const char* aotpack_model_weights_digest(const aotpack_model_t* model);
+
+/* Swapping weights without reloading, for services that refit in place. Makes *out, a new model that runs
+ * `model`'s kernels and plan (shared with it, not reloaded) with the weights in the safetensors file held in
+ * [safetensors_bytes, +size), which are copied (borrowed for the call only). They must be the package's own
+ * tensors, as `aotpack refit` writes its weights.safetensors: the same names, dtypes and shapes, including the
+ * tensors export lays out for the kernels (e.g. `*.panels16`); otherwise INVALID_ARGUMENT lists every
+ * mismatch (DATA_LOSS for bytes that are not a safetensors file). Neither model changes: a session sees the
+ * weights of the model it was created from for its whole life, so a run never sees a mix; a service swaps
+ * by creating new sessions from *out, then destroying the old sessions and releasing the old model (in any
+ * order with *out: the shared parts live until both are released). *out reports the same manifest and
+ * package digest as `model` (the package its kernels come from) and its own aotpack_model_weights_digest.
+ * CPU sessions only for now: a CUDA session of a refitted model is UNSUPPORTED (CUDA uploads a package's
+ * weights once per model and device). Thread-safe: `model` is only read. On success release *out with
+ * aotpack_model_release. */
+AOTPACK_API aotpack_status_t aotpack_model_refit(const aotpack_model_t* model, const void* safetensors_bytes,
+                                                 size_t size, aotpack_model_t** out);
 
 /* ---- session ------------------------------------------------------------------------------------ */
 

@@ -74,6 +74,18 @@ class Executable {
 
   // A new workspace: its memory for the declared maxima, and the constants on the device it runs on.
   virtual Status create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const = 0;
+
+  // The same, with the weight buffers' host data taken from `weight_data` (per program buffer, aligned, as
+  // PackageParts::weight_data; borrowed, must outlive the workspace) instead of the package's: a refitted
+  // model's (aotpack_model_refit). A target that keeps the package's weights on its device says UNSUPPORTED.
+  virtual Status create_workspace_with_weights(const WorkspaceOptions& options,
+                                               const std::vector<const void*>& weight_data,
+                                               std::unique_ptr<Workspace>* out) const {
+    (void)options, (void)weight_data, (void)out;
+    return unsupported("this model's weights were swapped by aotpack_model_refit, which only CPU sessions run so "
+                       "far (this device keeps the package's weights uploaded once per model); load the package "
+                       "that `aotpack refit` writes to run the new weights here");
+  }
 };
 
 // A target kind. Constant, one per backend folder; listed in the registry.

@@ -144,6 +144,24 @@ const char* aotpack_model_manifest(const aotpack_model_t* model) {
 
 const char* aotpack_model_digest(const aotpack_model_t* model) { return model ? model->digest().c_str() : ""; }
 
+const char* aotpack_model_weights_digest(const aotpack_model_t* model) {
+  return model ? model->weights_digest().c_str() : "";
+}
+
+aotpack_status_t aotpack_model_refit(const aotpack_model_t* model, const void* safetensors_bytes, size_t size,
+                                     aotpack_model_t** out) {
+  return guarded([&]() -> Status {
+    if (!out) return invalid_argument("out is NULL");
+    *out = nullptr;
+    if (!model) return invalid_argument("model is NULL");
+    if (!safetensors_bytes && size > 0) return invalid_argument("safetensors_bytes is NULL");
+    std::unique_ptr<aotpack_model> refitted;
+    AOTPACK_RETURN_IF_ERROR(aotpack_model::refit(*model, static_cast<const uint8_t*>(safetensors_bytes), size, &refitted));
+    *out = refitted.release();
+    return Status();
+  });
+}
+
 void aotpack_session_options_init(aotpack_session_options_t* options) {
   if (!options) return;
   std::memset(options, 0, sizeof(*options));

@@ -1,10 +1,12 @@
 #include "model.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "sha256.hpp"
 
 using namespace aotpack;
 
@@ -29,32 +31,42 @@ std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::
 Status aotpack_model::load(const std::string& path, bool verify_digests, const RequiredSignature* signature,
                            std::unique_ptr<aotpack_model>* out) {
   std::unique_ptr<aotpack_model> model(new aotpack_model());
+  model->shared_ = std::make_shared<Shared>();
   AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests, signature).prefixed("package " + path));
+  model->weights_ = model->shared_->own_weights;
   *out = std::move(model);
   return Status();
 }
 
 Status aotpack_model::load_impl(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
-  AOTPACK_RETURN_IF_ERROR(package_.open(path, verify_digests, signature));
-  AOTPACK_RETURN_IF_ERROR(load_weights());
+  Shared& s = *shared_;
+  AOTPACK_RETURN_IF_ERROR(s.package.open(path, verify_digests, signature));
+  auto weights = std::make_shared<Weights>();
+  MemberBytes bytes;
+  AOTPACK_RETURN_IF_ERROR(s.package.member(kWeightsMember, &bytes));
+  AOTPACK_RETURN_IF_ERROR(safetensors::parse(bytes.data, bytes.size, &weights->tensors)
+                              .prefixed(std::string("member ") + kWeightsMember));
+  // The manifest's record of the member (Package::open checked it is there, and, unless disabled, that it
+  // is the member's sha256).
+  const json::Value* members = s.package.manifest().find("members");
+  const json::Value* entry = members ? members->find(kWeightsMember) : nullptr;
+  const json::Value* sha = entry ? entry->find("sha256") : nullptr;
+  if (!sha || !sha->is_string())
+    return data_loss("manifest.json \"members\" has no sha256 for ", kWeightsMember);
+  weights->digest = "sha256:" + sha->as_string();
   MemberBytes program_bytes;
-  AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));
+  AOTPACK_RETURN_IF_ERROR(s.package.member(kProgramMember, &program_bytes));
   json::Value program_doc;
   AOTPACK_RETURN_IF_ERROR(
       json::parse(std::string_view(reinterpret_cast<const char*>(program_bytes.data), program_bytes.size), &program_doc)
           .prefixed(kProgramMember));
-  AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
+  AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights->tensors, &s.program));
   AOTPACK_RETURN_IF_ERROR(check_signature());
-  place_weights();
+  place_weights(s.program, weights.get());
+  s.own_weights = std::move(weights);
   AOTPACK_RETURN_IF_ERROR(load_targets(program_doc));
   build_infos();
   return Status();
-}
-
-Status aotpack_model::load_weights() {
-  MemberBytes bytes;
-  AOTPACK_RETURN_IF_ERROR(package_.member(kWeightsMember, &bytes));
-  return safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember);
 }
 
 // The manifest's signature is what users and tools read; it must say what program.json does.
@@ -62,7 +74,8 @@ Status aotpack_model::check_signature() const {
   JsonReader r("manifest.json");
   const json::Value* sig;
   const std::vector<json::Value>* symbols;
-  AOTPACK_RETURN_IF_ERROR(r.object_field(package_.manifest(), "", "signature", &sig));
+  const Program& program_ = shared_->program;
+  AOTPACK_RETURN_IF_ERROR(r.object_field(shared_->package.manifest(), "", "signature", &sig));
   AOTPACK_RETURN_IF_ERROR(r.array_field(*sig, "signature", "symbols", &symbols));
   auto mismatch = [](const std::string& what) {
     return data_loss("manifest.json signature disagrees with program.json: ", what);
@@ -114,20 +127,20 @@ Status aotpack_model::check_signature() const {
 }
 
 // Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
-void aotpack_model::place_weights() {
-  weight_data_.assign(program_.buffers.size(), nullptr);
-  for (size_t i = 0; i < program_.buffers.size(); ++i) {
-    const Buffer& b = program_.buffers[i];
+void aotpack_model::place_weights(const Program& program, Weights* weights) {
+  weights->data.assign(program.buffers.size(), nullptr);
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const Buffer& b = program.buffers[i];
     if (b.kind != BufferKind::kWeight) continue;
-    const safetensors::TensorView& t = weights_[b.weight];
+    const safetensors::TensorView& t = weights->tensors[b.weight];
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
       std::unique_ptr<uint8_t[]> copy(new uint8_t[t.size + 64]);
       uint8_t* p = copy.get() + (64 - reinterpret_cast<uintptr_t>(copy.get()) % 64) % 64;
       std::memcpy(p, t.data, t.size);
-      weight_data_[i] = p;
-      weight_copies_.push_back(std::move(copy));
+      weights->data[i] = p;
+      weights->copies.push_back(std::move(copy));
     } else {
-      weight_data_[i] = t.data;
+      weights->data[i] = t.data;
     }
   }
 }
@@ -137,13 +150,14 @@ void aotpack_model::place_weights() {
 // cannot read does not: a CUDA session then says why). When none loads, the load fails with the last
 // failure in registry order (the CPU's first: a CUDA-only package reports its CUDA part).
 Status aotpack_model::load_targets(const json::Value& program_doc) {
-  const PackageParts parts{&package_, &program_doc, &program_, &weight_data_};
+  Shared& s = *shared_;
+  const PackageParts parts{&s.package, &program_doc, &s.program, &s.own_weights->data};
   Status last_failure, intolerable;
   bool any_loaded = false;
-  targets_.resize(num_backends());
+  s.targets.resize(num_backends());
   for (size_t i = 0; i < num_backends(); ++i) {
     const Backend& b = backend(i);
-    Target& t = targets_[i];
+    Target& t = s.targets[i];
     t.why_not = b.load(parts, &t.executable);
     if (t.executable) {
       t.why_not = Status();
@@ -163,12 +177,94 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
 }
 
 const Executable* aotpack_model::executable(size_t backend_index, Status* why) const {
-  const Target& t = targets_[backend_index];
+  const Target& t = shared_->targets[backend_index];
   *why = t.why_not;
   return t.executable.get();
 }
 
+Status aotpack_model::create_workspace(const Executable& executable, const WorkspaceOptions& options,
+                                       std::unique_ptr<Workspace>* out) const {
+  if (!refitted()) return executable.create_workspace(options, out);
+  return executable.create_workspace_with_weights(options, weights_->data, out);
+}
+
+Status aotpack_model::refit(const aotpack_model& base, const uint8_t* data, size_t size,
+                            std::unique_ptr<aotpack_model>* out) {
+  const Shared& s = *base.shared_;
+  auto weights = std::make_shared<Weights>();
+  // The copy is 64-byte aligned, so tensors the file aligns are used in place, as in a package.
+  weights->bytes.reset(new uint8_t[size + 64]);
+  uint8_t* copy = weights->bytes.get() + (64 - reinterpret_cast<uintptr_t>(weights->bytes.get()) % 64) % 64;
+  if (size) std::memcpy(copy, data, size);
+  AOTPACK_RETURN_IF_ERROR(safetensors::parse(copy, size, &weights->tensors).prefixed("the new weights"));
+  // The same names, dtypes and shapes as the package's, every difference listed (as `aotpack refit` does).
+  const std::vector<safetensors::TensorView>& expected = s.own_weights->tensors;
+  auto describe = [](const safetensors::TensorView& t) {
+    std::string d = str_cat(dtype_name(t.dtype), "[");
+    for (size_t i = 0; i < t.shape.size(); ++i) d += str_cat(i ? ", " : "", t.shape[i]);
+    return d + "]";
+  };
+  auto find = [](const std::vector<safetensors::TensorView>& ts, const std::string& name) -> const safetensors::TensorView* {
+    for (const safetensors::TensorView& t : ts) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> expected_names, given_names;
+  for (const auto& t : expected) expected_names.push_back(t.name);
+  for (const auto& t : weights->tensors) given_names.push_back(t.name);
+  std::sort(expected_names.begin(), expected_names.end());
+  std::sort(given_names.begin(), given_names.end());
+  std::vector<std::string> problems;
+  for (const std::string& n : expected_names) {
+    if (!find(weights->tensors, n)) problems.push_back(str_cat(n, ": missing (expected ", describe(*find(expected, n)), ")"));
+  }
+  for (const std::string& n : given_names) {
+    if (!find(expected, n)) problems.push_back(str_cat(n, ": not in the package (given ", describe(*find(weights->tensors, n)), ")"));
+  }
+  for (const std::string& n : expected_names) {
+    const safetensors::TensorView* e = find(expected, n);
+    const safetensors::TensorView* g = find(weights->tensors, n);
+    if (!g) continue;
+    if (e->dtype != g->dtype) problems.push_back(str_cat(n, ": dtype ", dtype_name(g->dtype), ", expected ", dtype_name(e->dtype)));
+    if (e->shape != g->shape) {
+      std::string ds = describe(*g), de = describe(*e);
+      problems.push_back(str_cat(n, ": shape ", ds.substr(ds.find('[')), ", expected ", de.substr(de.find('['))));
+    }
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const std::string& p : problems) list += "\n  " + p;
+    // As `aotpack refit` hints: a name the package lacks, where export laid weights out for the kernels.
+    bool panels = false, unknown = false;
+    for (const std::string& n : expected_names) panels = panels || n.find(".panels") != std::string::npos;
+    for (const std::string& n : given_names) unknown = unknown || !find(expected, n);
+    panels = panels && unknown;
+    return invalid_argument("the new weights do not fit the package: ", problems.size(),
+                            " mismatch(es) with its weights.safetensors:", list,
+                            panels ? "\n  (some package weights are laid out at export, e.g. *.panels16: pass the "
+                                     "weights.safetensors that `aotpack refit --model` writes)"
+                                   : "");
+  }
+  // parse_program bound each weight buffer to a tensor by its index in the package's weights: the refit's
+  // tensors go in the same order.
+  std::vector<safetensors::TensorView> ordered;
+  ordered.reserve(expected.size());
+  for (const auto& t : expected) ordered.push_back(*find(weights->tensors, t.name));
+  weights->tensors = std::move(ordered);
+  weights->digest = "sha256:" + sha256_hex(copy, size);
+  place_weights(s.program, weights.get());
+  std::unique_ptr<aotpack_model> model(new aotpack_model());
+  model->shared_ = base.shared_;
+  model->weights_ = std::move(weights);
+  *out = std::move(model);
+  return Status();
+}
+
 void aotpack_model::build_infos() {
+  const Program& program_ = shared_->program;
+  std::vector<aotpack_tensor_info_t>& input_infos_ = shared_->input_infos;
+  std::vector<aotpack_tensor_info_t>& output_infos_ = shared_->output_infos;
   auto info_of = [&](const Port& port) {
     aotpack_tensor_info_t info;
     std::memset(&info, 0, sizeof(info));

@@ -45,7 +45,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   workspace_options.device_index = options.device_index;
   workspace_options.num_threads = options.num_threads;
   workspace_options.io_memory = options.io_memory;
-  AOTPACK_RETURN_IF_ERROR(executable->create_workspace(workspace_options, &s->workspace_));
+  AOTPACK_RETURN_IF_ERROR(model->create_workspace(*executable, workspace_options, &s->workspace_));
   *out = std::move(s);
   return Status();
 }
