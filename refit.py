@@ -50,7 +50,7 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         resolve_symbols,
         with_dtype,
     )
-    from .lowering.decompositions import decompositions
+    from .lowering.frontend.decompositions import decompositions
     from .lowering.stages import run_stages
     from .lowering.targets import CpuTarget, CudaTarget, Targets
 
@@ -76,12 +76,15 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
     cpu = next((t for t in package.manifest["targets"] if t["kind"] == "cpu"), None)
     cuda = next((t for t in package.manifest["targets"] if t["kind"] == "cuda"), None)
     targets = Targets(CpuTarget(cpu["isa"]) if cpu else None, CudaTarget(tuple(cuda["archs"])) if cuda else None)
-    lowered = run_stages(captured, cpu["isa"] if cpu else "x86-64-v3", targets=targets)
-    same = canonical_json(lowered.program_json) == package.members[layout.PROGRAM]
-    if cpu is not None:
-        same = same and lowered.library.source.encode() == package.members.get(layout.cpu_source(cpu["isa"]))
-    if cuda is not None:
-        same = same and lowered.triton.source.encode() == package.members.get(layout.CUDA_SOURCE)
+    lowered = run_stages(captured, targets)
+    # The members export would write (build._build), compared where they are sources: the plan and the
+    # kernels' source code of each target (binaries follow from them).
+    expected = {layout.PROGRAM: canonical_json(lowered.program_json)}
+    for backend in lowered.backends:
+        expected.update(backend.package_members(lowered.artifacts[backend.kind]))
+    compared = [layout.PROGRAM, *([layout.cpu_source(cpu["isa"])] if cpu else []),
+                *([layout.CUDA_SOURCE] if cuda else [])]
+    same = all(expected.get(n) is not None and expected.get(n) == package.members.get(n) for n in compared)
     if not same:
         halves = sorted({t["dtype"] for t in package.manifest["signature"]["inputs"]} & {"bfloat16", "float16"})
         hint = (f"; the package takes {halves[0]}: was it exported with --dtype? pass the same --dtype to refit"
