@@ -103,8 +103,8 @@ typedef struct aotpack_model_options_t {
 
 AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
 
-/* Maps the package at `path` (a .aotpack file), validates its structure and, unless disabled, its
- * digests, and loads its CPU kernel library. `options` may be NULL for the defaults. On success *out is a
+/* Maps the package at `path` (a .aotpack file), checks its signature first when the options give a public
+ * key, validates its structure and, unless disabled, its digests, and loads its CPU kernel library. `options` may be NULL for the defaults. On success *out is a
  * new model, release it with aotpack_model_release. */
 AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
                                                 aotpack_model_t** out);
