@@ -1,6 +1,7 @@
 #include "model.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "backend_registry.hpp"
@@ -191,6 +192,7 @@ Status aotpack_model::create_workspace(const Executable& executable, const Works
 Status aotpack_model::refit(const aotpack_model& base, const uint8_t* data, size_t size,
                             std::unique_ptr<aotpack_model>* out) {
   const Shared& s = *base.shared_;
+  if (size > SIZE_MAX - 64) return invalid_argument("the new weights' size ", size, " is too large");
   auto weights = std::make_shared<Weights>();
   // The copy is 64-byte aligned, so tensors the file aligns are used in place, as in a package.
   weights->bytes.reset(new uint8_t[size + 64]);
