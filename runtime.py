@@ -13,6 +13,10 @@ needed only to make the inputs; this module imports it only in DeviceTensor.to_t
     session = model.session(device="cuda", io="device")
     outputs = session.run([x_cuda])                 # torch CUDA tensors, read in place
     y = outputs[0].to_torch()                       # or torch.as_tensor(outputs[0]): no copy, see DeviceTensor
+
+CUDA sessions record a CUDA graph at each new shape and replay it after (cuda_graphs=False turns that off;
+cuda_graph_cache_size bounds the shapes kept), and `Model(path, prepare="cuda")` sets the GPU up while the
+load checks the digests.
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ class _ModelOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("verify_digests", ctypes.c_int32),
+        ("prepare_device_type", ctypes.c_int32),
+        ("prepare_device_index", ctypes.c_int32),
         ("public_key_path", ctypes.c_char_p),
         ("public_key_pem", ctypes.c_char_p),
         ("signature_path", ctypes.c_char_p),
@@ -106,6 +112,8 @@ class _SessionOptions(ctypes.Structure):
         ("device_index", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
         ("io_memory", ctypes.c_int),
+        ("cuda_graphs", ctypes.c_int32),
+        ("cuda_graph_cache_size", ctypes.c_int32),
     ]
 
 
@@ -243,13 +251,24 @@ def _tensor_info(info: _TensorInfo) -> TensorInfo:
 # ---- model and session ---------------------------------------------------------------------------------
 
 
+def _device(device: str) -> tuple[int, int]:
+    """("cpu" | "cuda" | "cuda:N") as (aotpack_device_type_t, index)."""
+    kind, _, index = device.partition(":")
+    device_type = {"cpu": 0, "cuda": 1}.get(kind, -1)
+    if device_type < 0 or (index and not index.isdigit()):
+        raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+    return device_type, int(index or 0)
+
+
 class Model:
     """A loaded package. Immutable: share it across threads; give each thread its own Session."""
 
-    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, *,
+    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, prepare: str | None = None, *,
                  public_key: str | os.PathLike[str] | bytes | None = None,
                  signature: str | os.PathLike[str] | None = None):
-        """public_key: a trusted PEM public key (a path, or the PEM itself as bytes); the package must then
+        """prepare: "cuda" or "cuda:N" sets the model up on that GPU (context, kernels, weights) while the load
+        checks the digests, instead of at its first session there; a failure there is the session's to report.
+        public_key: a trusted PEM public key (a path, or the PEM itself as bytes); the package must then
         carry a signature by it (`aotpack sign --key`), in `signature` (default: "<path>.sig"), checked
         before anything of the package is used (docs/registries.md)."""
         self._lib = lib()
@@ -257,6 +276,8 @@ class Model:
         options = _ModelOptions()
         self._lib.aotpack_model_options_init(ctypes.byref(options))
         options.verify_digests = 1 if verify_digests else 0
+        if prepare is not None:
+            options.prepare_device_type, options.prepare_device_index = _device(prepare)
         if isinstance(public_key, (bytes, bytearray)):
             if b"\0" in public_key:
                 raise AotpackError(StatusCode.INVALID_ARGUMENT, "public_key (PEM bytes) contains a NUL byte")
@@ -304,14 +325,18 @@ class Model:
             infos.append(_tensor_info(info))
         return infos
 
-    def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host") -> Session:
+    def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host", cuda_graphs: bool = True,
+                cuda_graph_cache_size: int = 64) -> Session:
         """device: "cpu", "cuda" or "cuda:N". io: "host" (run() takes and returns numpy arrays, on every
         device) or "device" (on CUDA, run() takes CUDA tensors and returns DeviceTensors; on the CPU, whose
-        device memory is host memory, it is the same as "host")."""
-        return Session(self, num_threads=num_threads, device=device, io=io)
+        device memory is host memory, it is the same as "host"). cuda_graphs: on CUDA, the first run at each
+        shape records a CUDA graph and later runs at that shape replay it (False launches every kernel each
+        run); the session keeps the graphs of its cuda_graph_cache_size most recently used shapes."""
+        return Session(self, num_threads=num_threads, device=device, io=io, cuda_graphs=cuda_graphs,
+                       cuda_graph_cache_size=cuda_graph_cache_size)
 
     def close(self) -> None:
-        """Releases the model now; sessions created from it must not be used afterwards."""
+        """Drops this object's reference to the model; sessions made from it keep it alive until they close."""
         if getattr(self, "_handle", None) and self._handle.value:
             self._lib.aotpack_model_release(self._handle)
             self._handle = ctypes.c_void_p()
@@ -353,35 +378,45 @@ class DeviceTensor:
         return copy.view(torch.bfloat16) if isinstance(self.dtype, str) else copy
 
 
+class _SessionArray(np.ndarray):
+    """A numpy view of a session's output memory that keeps the session (and so the memory) alive."""
+
+    def __new__(cls, view: np.ndarray, session: Any) -> _SessionArray:  # noqa: PYI034
+        array = view.view(cls)
+        array._session = session
+        return array
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._session = getattr(obj, "_session", None)
+
+
 class Session:
     """Scratch memory and threads for running a model. One thread at a time."""
 
-    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host"):
+    def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host",
+                 cuda_graphs: bool = True, cuda_graph_cache_size: int = 64):
         self._model = model  # keeps the model alive while the session lives
         self._lib = model._lib
         self._handle = ctypes.c_void_p()
         options = _SessionOptions()
         self._lib.aotpack_session_options_init(ctypes.byref(options))
         options.num_threads = num_threads
-        kind, _, index = device.partition(":")
-        options.device_type = {"cpu": 0, "cuda": 1}.get(kind, -1)
-        if options.device_type < 0 or (index and not index.isdigit()):
-            raise AotpackError(
-                StatusCode.INVALID_ARGUMENT, f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'"
-            )
-        options.device_index = int(index or 0)
+        options.device_type, options.device_index = _device(device)
         if io not in _MEMORY:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, f"unknown io {io!r}; expected 'host' or 'device'")
         options.io_memory = _MEMORY[io]
+        options.cuda_graphs = 1 if cuda_graphs else 0
+        options.cuda_graph_cache_size = cuda_graph_cache_size
         _check(
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )
         self._device_index = options.device_index
+        self._io = "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
 
     @property
     def io(self) -> str:
         """Where run() takes inputs and returns outputs: "host" or "device" (only ever "host" on the CPU)."""
-        return "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
+        return self._io  # fixed at creation; asked of the runtime once, not on every run
 
     def _ordered(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list:
         if isinstance(inputs, np.ndarray) or hasattr(inputs, "data_ptr"):
@@ -460,9 +495,10 @@ class Session:
         if torch is not None and torch.cuda.is_initialized():
             torch.cuda.current_stream(self._device_index).synchronize()
 
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray] | list[DeviceTensor]:
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any], copy: bool = True) -> list[np.ndarray] | list[DeviceTensor]:
         """Runs the model; inputs in signature order or by name. A host-I/O session takes arrays and returns
-        copies of the outputs as numpy arrays; a device-I/O session takes CUDA tensors (contiguous, with
+        copies of the outputs as numpy arrays (copy=False: read-only arrays over the session's own output
+        memory, no copy, valid until the next run); a device-I/O session takes CUDA tensors (contiguous, with
         data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run."""
         ordered = self._ordered(inputs)
         keep: list = []
@@ -472,7 +508,7 @@ class Session:
         if device_io:
             self._wait_for_torch()
         _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
-        return self._device_outputs() if device_io else self._host_outputs()
+        return self._device_outputs() if device_io else self._host_outputs(copy)
 
     def _device_outputs(self) -> list[DeviceTensor]:
         outputs = []
@@ -483,7 +519,7 @@ class Session:
             outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index, self))
         return outputs
 
-    def _host_outputs(self) -> list[np.ndarray]:
+    def _host_outputs(self, copy: bool = True) -> list[np.ndarray]:
         outputs = []
         for i in range(len(self._model.outputs)):
             t = _Tensor()
@@ -491,6 +527,13 @@ class Session:
             shape = tuple(t.shape[d] for d in range(t.rank))
             dtype = _DTYPES[t.dtype]
             dtype = np.dtype(np.uint16) if isinstance(dtype, str) else dtype
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if not copy:  # a view of the session's memory: it keeps the session alive, the next run overwrites it
+                buffer = (ctypes.c_char * max(nbytes, 1)).from_address(t.data) if nbytes else bytearray(1)
+                view = np.frombuffer(buffer, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+                view.flags.writeable = False
+                outputs.append(_SessionArray(view, self))
+                continue
             out = np.empty(shape, dtype=dtype)
             if out.nbytes:
                 ctypes.memmove(out.ctypes.data, t.data, out.nbytes)

@@ -1,140 +1,540 @@
-"""Short GPU benchmark and cross-compilation check, run by scripts/gpu_check.sh on a GPU machine.
+"""The GPU latency benchmark of issue 11: aotpack against eager, torch.compile and torch.compile with CUDA graphs.
 
-1. Each example exported for CUDA here, run by the C++ runtime on the GPU (host inputs in, host outputs
-   out), against eager PyTorch and torch.compile on the same GPU: median latency of repeated runs.
-2. Packages cross-compiled elsewhere (no GPU, possibly another Triton) under gpu_artifacts/: run on CUDA and
-   on CPU through the runtime with the same inputs; their outputs must agree.
+    python scripts/gpu_bench.py OUT_DIR [--models gpt2,bert,llama] [--seqs 1,128,512,2048] [--budget-s 420]
+    python scripts/gpu_bench.py --docs OUT_DIR     # OUT_DIR's results into docs/performance.md (no GPU needed)
+    python scripts/gpu_bench.py --quick OUT_DIR    # the short check scripts/gpu_check.sh runs (gpu_quick_bench.py)
+
+On one GPU, in one process, on the same inputs: GPT-2 124M at batch 1, BERT-base at batch 8 and the Llama example
+(156M) at batch 1, all at their full size (AOTPACK_EXAMPLE_SIZE=full) in bfloat16, at each seq, median wall ms
+per call of
+
+- eager PyTorch, torch.compile (dynamic) and torch.compile(mode="reduce-overhead") (CUDA graphs, one per shape);
+- aotpack with device tensors in and out and CUDA graphs (the headline), without graphs, and with host I/O
+  (pinned staging), plus its GPU time per run (torch.profiler: kernels, and everything on the GPU) and its
+  kernel count, so that "wall <= 1.1 x kernel time + 30 us" can be checked, and the first run at each shape
+  (the graph's capture);
+- cold start: open to first result in this process (torch has the CUDA context already), with the GPU set up
+  during the load (Model(prepare="cuda"), overlapped with the digests) and without, and as a fresh
+  `aotpack-run --device cuda --timings` process (which prepares), with the runtime's part timings
+  (AOTPACK_TIMINGS).
+
+Every package is exported once, through the public pipeline with verification on (aotpack.api.export_model_file,
+as `aotpack export --dtype bf16 --target cuda` runs it), the three in parallel processes before any timing.
+Results are written as they come: OUT_DIR/bench_gpu.json, OUT_DIR/bench_gpu.md (the table) and
+OUT_DIR/latency_vs_seq.png (matplotlib, where importable; the JSON says why not). Work beyond --budget-s
+seconds (torch.compile's compiles are the slow part) is skipped and marked so, so the run ends in time.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
-import torch
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+SEQS = (1, 128, 512, 2048)
+# model: (label, batch, --dynamic ranges), as scripts/gpu_acceptance.py exports them
+MODELS = {
+    "gpt2": ("GPT-2 124M, batch 1", 1, ("batch=1..2", "seq=1..2048")),
+    "bert": ("BERT-base, batch 8", 8, ("batch=1..8", "seq=1..2048")),
+    "llama": ("Llama 8 layers d1024 GQA 16/4 (156M), batch 1", 1, ("batch=1..2", "seq=1..2048")),
+}
+PEERS = ("eager_ms", "torch_compile_ms", "torch_compile_graphs_ms")
+TIMING_LINE = re.compile(r"^aotpack timing: (.+?): ([\d.]+) ms(?: \((.*)\))?$")
+DOCS_START, DOCS_END = "<!-- gpu-bench:start -->", "<!-- gpu-bench:end -->"
 
 
-def _median_ms(fn, repeat: int = 30, warmup: int = 5) -> float:
+class Clock:
+    """The run's time budget: optional work is skipped once it is spent."""
+
+    def __init__(self, budget_s: float):
+        self.start, self.budget_s = time.perf_counter(), budget_s
+
+    def left(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.start)
+
+
+def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 3, sync: bool = True) -> float:
+    import torch
+
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
+        if sync:
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return round(statistics.median(times), 4)
 
 
-def bench_examples(out_dir: Path, arch: int) -> list[dict]:
-    rows = []
-    dynamic = {"cnn": ("height=32..32", "width=32..32")}  # torch 2.11 specialises the pooled sizes to even ones
-    for example in ("mlp", "cnn", "transformer_block"):
+def parse_timings(text: str) -> list[dict]:
+    parts = []
+    for line in text.splitlines():
+        m = TIMING_LINE.match(line.strip())
+        if m:
+            parts.append({"part": m.group(1), "ms": float(m.group(2)), **({"detail": m.group(3)} if m.group(3) else {})})
+    return parts
+
+
+def with_stderr_captured(fn: Callable[[], Any]) -> tuple[Any, str]:
+    """fn()'s result and what it (the C++ runtime included) wrote to file descriptor 2."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
         try:
-            rows.append(_bench_one(example, dynamic.get(example, ()), out_dir, arch))
-        except Exception as e:  # report and go on with the next example
-            rows.append({"example": example, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+            result = fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode("utf-8", "replace")
+    sys.stderr.write(text)
+    return result, text
 
 
-def _bench_one(example: str, dynamic: tuple[str, ...], out_dir: Path, arch: int) -> dict:
-    from aotpack import runtime
-    from aotpack.api import export_spec
-    from aotpack.exporter import load_model_file, parse_dynamic_specs
-    from aotpack.verification import relative_error, to_numpy
+# ---- export ----------------------------------------------------------------------------------------------
 
-    spec = load_model_file(REPO / "examples" / example / "model.py")
-    start = time.perf_counter()
-    result = export_spec(spec, out_dir / f"{example}_cuda.aotpack", cli_ranges=parse_dynamic_specs(dynamic),
-                         target="cuda", cuda_arch=str(arch))
-    export_s = time.perf_counter() - start
-    session = runtime.Model(result.path).session(device="cuda")
-    inputs = [x.clone() for x in spec.example_inputs]
-    host = [to_numpy(x) for x in inputs]
-    model = spec.model.eval().cuda()
-    dev_inputs = [x.cuda() for x in inputs]
+EXPORT_CODE = """
+import json, os, sys, time
+os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+from aotpack.api import export_model_file
+model_file, package, arch, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+start = time.perf_counter()
+result = export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch)
+print("EXPORT_RESULT " + json.dumps({"export_s": round(time.perf_counter() - start, 1),
+                                     "verification": result.verification}, default=str))
+"""
 
-    def eager():
-        with torch.no_grad():
-            y = model(*dev_inputs)
+
+def export_all(names: list[str], out_dir: Path, arch: int) -> dict[str, dict]:
+    """Each model exported in its own process, all at once (the Triton compiles share the cores)."""
+    jobs = max(1, (os.cpu_count() or 3) // len(names))
+    env = dict(os.environ, AOTPACK_COMPILE_JOBS=str(jobs), AOTPACK_EXAMPLE_SIZE="full")
+    running = {}
+    for name in names:
+        package = out_dir / f"{name}_bf16_cuda.aotpack"
+        log = open(out_dir / f"export_{name}.log", "w")  # noqa: SIM115 - closed below
+        cmd = [sys.executable, "-c", EXPORT_CODE, str(REPO / "examples" / name / "model.py"), str(package), str(arch),
+               *MODELS[name][2]]
+        running[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log, package)
+    results = {}
+    for name, (proc, log, package) in running.items():
+        rc = proc.wait(timeout=900)
+        log.close()
+        text = (out_dir / f"export_{name}.log").read_text()
+        found = [line for line in text.splitlines() if line.startswith("EXPORT_RESULT ")]
+        if rc == 0 and found:
+            results[name] = {"package": str(package), "package_mb": round(package.stat().st_size / 1e6, 1),
+                             **json.loads(found[-1][len("EXPORT_RESULT "):])}
+        else:
+            results[name] = {"error": f"export failed (rc {rc}): {text[-1500:]}"}
+        print(json.dumps({"model": name, "export": {k: v for k, v in results[name].items() if k != "verification"}}),
+              flush=True)
+    return results
+
+
+# ---- aotpack measurements --------------------------------------------------------------------------------
+
+
+def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5) -> dict:
+    """GPU time of one call of fn, from CUPTI through torch.profiler: kernels only, and everything (copies and
+    memsets too), with the number of kernels, averaged over `runs` calls."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
         torch.cuda.synchronize()
-        return y
+    kernel_us = all_us = copy_dtoh_us = 0.0
+    kernels = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = event.device_time if hasattr(event, "device_time") else event.cuda_time
+        all_us += us
+        low = event.name.lower()
+        if "memcpy" in low or "memset" in low:
+            if "dtoh" in low or "device -> pinned" in low or "device -> pageable" in low:
+                copy_dtoh_us += us
+            continue
+        kernel_us += us
+        kernels += 1
+    return {"kernel_ms": round(kernel_us / runs / 1e3, 4), "gpu_ms": round(all_us / runs / 1e3, 4),
+            "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": kernels // runs}
 
-    def eager_host():  # the same work as aotpack's host-in/host-out run: copies included
-        with torch.no_grad():
-            y = model(*[x.cuda() for x in inputs])
-        return y.cpu()
 
-    compiled_model = torch.compile(model)
+def cold_start_in_process(runtime, package: Path, host_inputs, dev_inputs, io: str, prepare: bool) -> dict:
+    """A new Model (its own upload) opened to its first result in this running process; `prepare`: the GPU set
+    up during the load, overlapped with the digests (Model(prepare="cuda"))."""
+    import torch
 
-    def compiled():
-        with torch.no_grad():
-            y = compiled_model(*dev_inputs)
-        torch.cuda.synchronize()
-        return y
+    def go():
+        t0 = time.perf_counter()
+        model = runtime.Model(package, prepare="cuda" if prepare else None)
+        t1 = time.perf_counter()
+        session = model.session(device="cuda", io=io)
+        t2 = time.perf_counter()
+        session.run(dev_inputs if io == "device" else host_inputs)
+        t3 = time.perf_counter()
+        return {"open_to_first_result_ms": round((t3 - t0) * 1e3, 1), "model_load_ms": round((t1 - t0) * 1e3, 1),
+                "session_ms": round((t2 - t1) * 1e3, 1), "first_run_ms": round((t3 - t2) * 1e3, 1)}
 
-    ours = session.run(host)
-    ref = eager().float().cpu().numpy()
-    err = relative_error(ours[0].astype(np.float32), ref)
-    row = {"example": example, "shapes": [list(x.shape) for x in inputs], "export_s": round(export_s, 1),
-           "rel_err_vs_eager_gpu": float(f"{err:.1e}"),
-           "aotpack_ms": round(_median_ms(lambda: session.run(host)), 3),
-           "eager_ms": round(_median_ms(eager), 3), "eager_host_io_ms": round(_median_ms(eager_host), 3)}
-    try:
-        compiled()
-        row["torch_compile_ms"] = round(_median_ms(compiled), 3)
-    except Exception as e:  # torch.compile needs a working Inductor toolchain on this image
-        row["torch_compile_ms"] = f"failed: {type(e).__name__}"
+    torch.cuda.synchronize()
+    row, text = with_stderr_captured(go)
+    row["parts"] = parse_timings(text)
     return row
 
 
-def check_cross_compiled(directory: Path) -> list[dict]:
+def cold_start_fresh_process(package: Path, batch: int, repeat: int = 3) -> dict:
+    tool = REPO / "build" / "runtime" / "aotpack-run"
+    if not tool.exists():
+        return {"error": f"{tool} is missing"}
+    walls, last = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run([str(tool), str(package), "--device", "cuda", "--timings", "--repeat", "0",
+                               f"--sym=batch={batch}", "--sym=seq=1"], capture_output=True, text=True, check=False,
+                              timeout=120)
+        walls.append((time.perf_counter() - start) * 1e3)
+        if done.returncode != 0:
+            return {"error": done.stderr[-800:]}
+        last = done
+    return {"process_wall_ms": round(statistics.median(walls), 1), "walls_ms": [round(w, 1) for w in walls],
+            "parts": parse_timings(last.stderr), "stdout": last.stdout.strip().splitlines()[-1]}
+
+
+# ---- one model -------------------------------------------------------------------------------------------
+
+
+def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable[[dict], None], row: dict) -> dict:
+    """Phase 1 for one model, filling `row`: cold start, aotpack's columns and eager at each seq. Returns what
+    phase 2 (peers_compiled) needs: the bf16 model and the inputs."""
+    import torch
     from aotpack import runtime
+    from aotpack.exporter import load_model_file
+    from aotpack.verification import to_numpy
+    from gpu_acceptance import example_module, flat_outputs, make_inputs
 
-    rows = []
-    for path in sorted(directory.glob("*.aotpack")):
-        model = runtime.Model(path)
-        rng = np.random.default_rng(0)
-        inputs = []
-        for info in model.inputs:
-            shape = [d.size if d.size is not None else d.max for d in info.dims]
-            inputs.append(rng.standard_normal(shape).astype(np.float32))
-        row = {"package": path.name, "targets": [t["kind"] + (str(t.get("archs", ""))) for t in model.manifest["targets"]],
-               "triton": model.manifest["producer"].get("triton")}
+    _, batch, _ = MODELS[name]
+    package = Path(exported["package"])
+    model_file = REPO / "examples" / name / "model.py"
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+    module = example_module(model_file)
+    bf16_model = copy.deepcopy(load_model_file(model_file).model).to(torch.bfloat16).eval().cuda()
+
+    first = make_inputs(name, module, batch, 1)
+    first_dev = [x.cuda() for x in first]
+    first_host = [to_numpy(x) for x in first]
+    row["cold_start"] = {
+        "in_process_device_io": cold_start_in_process(runtime, package, first_host, first_dev, "device", True),
+        "in_process_device_io_unprepared": cold_start_in_process(runtime, package, first_host, first_dev, "device",
+                                                                 False),
+        "in_process_host_io": cold_start_in_process(runtime, package, first_host, first_dev, "host", True),
+        "fresh_process": cold_start_fresh_process(package, batch),
+    }
+    emit({"model": name, "cold_start": row["cold_start"]})
+
+    aot = runtime.Model(package)
+    graphs = aot.session(device="cuda", io="device")
+    direct = aot.session(device="cuda", io="device", cuda_graphs=False)
+    host = aot.session(device="cuda")
+    inputs_at: dict[int, list] = {}
+    row["points"] = []
+    for seq in seqs:
+        inputs = make_inputs(name, module, batch, seq)
+        dev = inputs_at[seq] = [x.cuda() for x in inputs]
+        host_in = [to_numpy(x) for x in inputs]
+        torch.cuda.synchronize()
+        repeat = 50 if seq <= 512 else 20
+        p: dict = {"model": name, "seq": seq}
+        start = time.perf_counter()
+        graphs.run(dev)  # this shape's first run: records its graph
+        p["aotpack_first_run_ms"] = round((time.perf_counter() - start) * 1e3, 3)
+        p["graphs_equal_direct"] = all(torch.equal(a.to_torch(), b.to_torch())
+                                       for a, b in zip(graphs.run(dev), direct.run(dev)))
+        measure_point(p, graphs, direct, host, dev, host_in, repeat)
+
+        def eager_run(dev=dev):
+            with torch.no_grad():
+                return flat_outputs(bf16_model(*dev))
+
+        p["eager_ms"] = median_ms(eager_run, repeat)
+        judge_point(p)
+        row["points"].append(p)
+        emit(p)
+    return {"model": bf16_model, "inputs": inputs_at}
+
+
+def measure_point(p: dict, graphs, direct, host, dev: list, host_in: list, repeat: int) -> None:
+    """aotpack's columns at one point: with graphs (wall and GPU time), without, and with host I/O."""
+    p["aotpack_ms"] = median_ms(lambda: graphs.run(dev), repeat, sync=False)
+    p.update({f"aotpack_{k}": v for k, v in gpu_time_per_run(lambda: graphs.run(dev)).items()})
+    p["aotpack_no_graphs_ms"] = median_ms(lambda: direct.run(dev), repeat, sync=False)
+    p["aotpack_no_graphs_kernel_ms"] = gpu_time_per_run(lambda: direct.run(dev), runs=3)["kernel_ms"]
+    # Host I/O as the C API gives it: outputs read in the session's page-locked memory (copy=False), so the
+    # figure is the runtime's (Python's copy into a fresh array would add a host memcpy per run).
+    p["aotpack_host_io_ms"] = median_ms(lambda: host.run(host_in, copy=False), repeat, sync=False)
+    p["aotpack_host_io_copied_ms"] = median_ms(lambda: host.run(host_in), max(5, repeat // 5), sync=False)
+    host_gpu = gpu_time_per_run(lambda: host.run(host_in, copy=False), runs=3)
+    out_bytes = sum(o.nbytes for o in host.run(host_in))
+    p["host_io_bytes"] = out_bytes + sum(x.nbytes for x in host_in)
+    if host_gpu["dtoh_copy_ms"] > 0:
+        p["host_io_dtoh_gbps"] = round(out_bytes / (host_gpu["dtoh_copy_ms"] * 1e-3) / 1e9, 1)
+    extra = p["aotpack_host_io_ms"] - p["aotpack_ms"]
+    if extra > 0.01:
+        p["host_io_effective_gbps"] = round(p["host_io_bytes"] / (extra * 1e-3) / 1e9, 1)
+
+
+def peers_compiled(state: dict, row: dict, key: str, mode: str | None, clock: Clock,
+                   emit: Callable[[dict], None]) -> None:
+    """Phase 2: one torch.compile column at every seq of a model, compiled once (dynamic=True; a seq of 1 is
+    specialised, as torch does). mode="reduce-overhead" records a CUDA graph per shape (cudagraph trees)."""
+    import torch
+
+    compiled = None
+    for p in row["points"]:
+        if clock.left() < 40:
+            p[key] = "skipped: time budget"
+            continue
+        dev = state["inputs"][p["seq"]]
         try:
-            cuda_out = model.session(device="cuda").run(inputs)
-            cpu_out = model.session().run(inputs)
-            from aotpack.verification import relative_error
+            if compiled is None:
+                compiled = torch.compile(state["model"], dynamic=True, mode=mode)
 
-            row["rel_err_cuda_vs_cpu"] = max(float(f"{relative_error(a, b):.1e}") for a, b in zip(cuda_out, cpu_out))
-            row["ok"] = row["rel_err_cuda_vs_cpu"] <= 1e-5
-        except runtime.AotpackError as e:
-            row["ok"], row["error"] = False, str(e)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+            def run(fn=compiled, dev=dev):
+                with torch.no_grad():
+                    return fn(*dev)
+
+            p[key] = median_ms(run, 50 if p["seq"] <= 512 else 20, warmup=4)
+        except Exception as e:  # noqa: BLE001 - a peer that fails here is reported, not fatal
+            p[key] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+        judge_point(p)
+        emit({"model": row["model"], "seq": p["seq"], key: p[key]})
+    torch._dynamo.reset()
+
+
+def judge_point(p: dict) -> None:
+    """The issue's acceptance at this point: launch overhead gone, and 0.8 x the best peer at seq <= 512."""
+    kernel = p.get("aotpack_kernel_ms")
+    if kernel:
+        p["launch_limit_ms"] = round(1.1 * kernel + 0.030, 4)
+        p["launch_overhead_gone"] = p["aotpack_ms"] <= p["launch_limit_ms"]
+    peers = [p[k] for k in PEERS if isinstance(p.get(k), float)]
+    if peers:
+        p["best_peer_ms"] = min(peers)
+        p["vs_best_peer"] = round(p["aotpack_ms"] / p["best_peer_ms"], 3)
+        if p["seq"] <= 512:
+            p["beats_best_peer_by_20pct"] = p["aotpack_ms"] <= 0.8 * p["best_peer_ms"]
+
+
+# ---- reports ---------------------------------------------------------------------------------------------
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if v < 10 else f"{v:.2f}"
+    if isinstance(v, str) and (v.startswith(("failed", "skipped"))):
+        return v.split(":")[0]
+    return "-" if v is None else str(v)
+
+
+def markdown(summary: dict) -> str:
+    intro = (f"Generated by `python scripts/gpu_bench.py OUT_DIR` on {summary.get('device')} (torch "
+             f"{summary.get('torch')}, Triton {summary.get('triton')}). bfloat16, median wall ms per call, every "
+             "system in one process on the same inputs. aotpack: device tensors in and out with CUDA graphs (the "
+             "headline), without graphs, and with host tensors (pinned staging); its GPU time per run is CUPTI's "
+             "(torch.profiler), kernels only. \"limit\": 1.1 x kernel time + 0.030 ms; \"vs best\": aotpack / the "
+             "best of the three peers.")
+    header = ("| model | seq | eager | torch.compile | torch.compile + CUDA graphs | **aotpack** | aotpack no graphs "
+              "| aotpack host I/O | aotpack kernels ms (count) | limit | vs best | first run (capture) |")
+    lines = [intro, "", header, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in summary["models"]:
+        if "error" in row:
+            lines.append(f"| {row['label']} | - | {row['error'].splitlines()[0][:80]} |")
+            continue
+        for i, p in enumerate(row.get("points", [])):
+            ok = "" if p.get("launch_overhead_gone", True) else " ✗"
+            beat = "" if p.get("beats_best_peer_by_20pct", True) else " ✗"
+            lines.append(
+                f"| {row['label'] if i == 0 else ''} | {p['seq']} | {fmt(p.get('eager_ms'))} | "
+                f"{fmt(p.get('torch_compile_ms'))} | {fmt(p.get('torch_compile_graphs_ms'))} | "
+                f"**{fmt(p.get('aotpack_ms'))}**{ok} | {fmt(p.get('aotpack_no_graphs_ms'))} | "
+                f"{fmt(p.get('aotpack_host_io_ms'))} | {fmt(p.get('aotpack_kernel_ms'))} ({p.get('aotpack_kernels')}) | "
+                f"{fmt(p.get('launch_limit_ms'))} | {fmt(p.get('vs_best_peer'))}{beat} | "
+                f"{fmt(p.get('aotpack_first_run_ms'))} |")
+    cold_header = ("| model | export s | package MB | open to first result in process, ms: device I/O (not prepared) "
+                   "/ host I/O | fresh `aotpack-run --device cuda` process ms | largest parts (fresh process) |")
+    lines += ["", "✗: misses the issue's bound (wall <= limit; at seq <= 512, <= 0.8 x the best peer).", "",
+              cold_header, "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for row in summary["models"]:
+        cold = row.get("cold_start")
+        if not cold:
+            continue
+        dev, hst, fresh = cold["in_process_device_io"], cold["in_process_host_io"], cold["fresh_process"]
+        unprepared = cold.get("in_process_device_io_unprepared", {})
+        parts = sorted((q for q in fresh.get("parts", []) if q["part"] not in ("model load", "session create")
+                        and not q["part"].startswith("aotpack-run")), key=lambda q: -q["ms"])[:4]
+        lines.append(f"| {row['label']} | {row.get('export_s')} | {row.get('package_mb')} | "
+                     f"{dev.get('open_to_first_result_ms')} ({unprepared.get('open_to_first_result_ms')}) / "
+                     f"{hst.get('open_to_first_result_ms')} | "
+                     f"{fresh.get('process_wall_ms', fresh.get('error', '-'))} | "
+                     + ", ".join(f"{q['part'].split(' (')[0]} {q['ms']:.0f}" for q in parts) + " |")
+    bw = [(row["label"], p["seq"], p.get("host_io_dtoh_gbps"), p.get("host_io_effective_gbps"))
+          for row in summary["models"] for p in row.get("points", []) if p["seq"] == max(SEQS)]
+    if bw:
+        text = "; ".join(f"{m} {a} / {b}" for m, _, a, b in bw)
+        lines += ["", ("Host I/O at the longest seq: device-to-host copy bandwidth (CUPTI) and bytes / (host-I/O "
+                       f"wall - device-I/O wall), GB/s: {text}.")]
+    lines.append(f"\n{summary.get('plot', '')}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return f"No plot: matplotlib is not importable here ({e})."
+    rows = [r for r in summary["models"] if r.get("points")]
+    if not rows:
+        return "No plot: no points."
+    fig, axes = plt.subplots(1, len(rows), figsize=(5 * len(rows), 4), squeeze=False)
+    series = [("eager_ms", "eager"), ("torch_compile_ms", "torch.compile"),
+              ("torch_compile_graphs_ms", "torch.compile + CUDA graphs"), ("aotpack_ms", "aotpack (graphs)"),
+              ("aotpack_no_graphs_ms", "aotpack, no graphs"), ("aotpack_kernel_ms", "aotpack kernel time")]
+    for ax, row in zip(axes[0], rows):
+        for key, label in series:
+            pts = [(p["seq"], p[key]) for p in row["points"] if isinstance(p.get(key), float)]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=label, linestyle="--" if "kernel" in key else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("seq")
+        ax.set_ylabel("ms per call")
+        ax.set_title(row["label"], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return f"![latency against seq]({path.name})"
+
+
+def write_docs(out_dir: Path) -> int:
+    """docs/performance.md's GPU section (between markers, appended the first time) from OUT_DIR's results."""
+    summary = json.loads((out_dir / "bench_gpu.json").read_text())
+    png = out_dir / "latency_vs_seq.png"
+    if png.exists():
+        shutil.copy(png, REPO / "docs" / "performance_gpu.png")
+        summary["plot"] = "![latency against seq per model](performance_gpu.png)"
+    section = f"{DOCS_START}\n# Performance (GPU)\n\n{markdown(summary)}{DOCS_END}\n"
+    doc = REPO / "docs" / "performance.md"
+    text = doc.read_text()
+    if DOCS_START in text and DOCS_END in text:
+        text = text[: text.index(DOCS_START)] + section + text[text.index(DOCS_END) + len(DOCS_END) + 1:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    doc.write_text(text)
+    print(f"wrote {doc}")
+    return 0
 
 
 def main() -> int:
-    out_dir = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--seqs", default=",".join(map(str, SEQS)))
+    parser.add_argument("--budget-s", type=float, default=420.0, help="skip optional work after this many seconds")
+    parser.add_argument("--docs", action="store_true", help="regenerate docs/performance.md from OUT_DIR")
+    parser.add_argument("--quick", action="store_true", help="the short check of scripts/gpu_check.sh")
+    args = parser.parse_args()
+    if args.docs:
+        return write_docs(args.out_dir)
+    if args.quick:
+        import gpu_quick_bench
+
+        return gpu_quick_bench.main(args.out_dir)
+
+    clock = Clock(args.budget_s)
+    # The runtime's part timings (digests, driver, context, modules, weights, captures) go to stderr.
+    os.environ["AOTPACK_TIMINGS"] = "1"
+    build = REPO / "build" / "runtime" / "libaotpack.so"
+    if build.exists():
+        os.environ.setdefault("AOTPACK_RUNTIME_LIB", str(build))
+    out_dir = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = [n for n in args.models.split(",") if n]
+    seqs = tuple(int(s) for s in args.seqs.split(","))
+    import torch
+
     major, minor = torch.cuda.get_device_capability(0)
-    summary = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    summary: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "seqs": list(seqs),
+                     "models": []}
     try:
         import triton
 
         summary["triton"] = triton.__version__
     except ImportError:
-        pass
-    summary["cross_compiled"] = check_cross_compiled(REPO / "gpu_artifacts")
-    summary["bench"] = bench_examples(out_dir, major * 10 + minor)
-    (out_dir / "bench.json").write_text(json.dumps(summary, indent=1))
+        summary["triton"] = None
+
+    def save() -> None:
+        summary["elapsed_s"] = round(time.perf_counter() - clock.start, 1)
+        (out_dir / "bench_gpu.json").write_text(json.dumps(summary, indent=1, default=str))
+        (out_dir / "bench_gpu.md").write_text(markdown(summary))
+
+    def emit(item: dict) -> None:
+        print(json.dumps(item, default=str), flush=True)
+        save()
+
+    exported = export_all(names, out_dir, major * 10 + minor)
+    summary["export_s_wall"] = round(time.perf_counter() - clock.start, 1)
+    # Phase 1, every model: cold start, aotpack and eager (fast). Phase 2, while the budget lasts: the compiled
+    # peers (each compile takes tens of seconds), CUDA-graph mode first, the best peer at short lengths.
+    states = {}
+    for name in names:
+        row = {"model": name, "label": MODELS[name][0], "batch": MODELS[name][1],
+               **{k: v for k, v in exported[name].items() if k != "verification"}}
+        summary["models"].append(row)
+        if "error" in row:
+            continue
+        try:
+            states[name] = bench_model(name, exported[name], seqs, emit, row)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next model
+            import traceback
+
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:1500]}"
+        save()
+    rows = {row["model"]: row for row in summary["models"]}
+    for key, mode in (("torch_compile_graphs_ms", "reduce-overhead"), ("torch_compile_ms", None)):
+        for name, state in states.items():
+            try:
+                peers_compiled(state, rows[name], key, mode, clock, emit)
+            except Exception as e:  # noqa: BLE001
+                rows[name].setdefault("peer_errors", []).append(f"{key}: {type(e).__name__}: {str(e)[:500]}")
+            save()
+    summary["plot"] = plot(summary, out_dir / "latency_vs_seq.png")
+    save()
+    print((out_dir / "bench_gpu.md").read_text())
     return 0
 
 

@@ -86,16 +86,26 @@ typedef struct aotpack_tensor_info_t {
 /* A loaded package. Immutable after load: safe to share across threads and sessions. */
 typedef struct aotpack_model aotpack_model_t;
 
+/* The device type a load may prepare, in prepare_device_type: none (the default). */
+#define AOTPACK_PREPARE_NONE (-1)
+
 /* Requiring a signature (docs/registries.md): with a public key set, the package must carry an OpenSSF Model
  * Signing signature by that key, as `aotpack sign --key` writes it, over exactly its members. It is checked
- * when the zip directory has been read, before manifest.json is parsed, any weight is used or any kernel
- * library is opened; a member missing, added or changed fails the load naming it (DATA_LOSS), as do a
- * signature by another key and a malformed signature file; no signature file is NOT_FOUND. The check needs
- * OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1, opened at run time; UNSUPPORTED, saying so, without it).
- * The strings are borrowed for the duration of aotpack_model_load only. */
+ * when the zip directory has been read, before manifest.json is parsed, any digest thread starts, any weight
+ * is used or any kernel library is opened; a member missing, added or changed fails the load naming it
+ * (DATA_LOSS), as do a signature by another key and a malformed signature file; no signature file is
+ * NOT_FOUND. The check needs OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1, opened at run time; UNSUPPORTED,
+ * saying so, without it). The strings are borrowed for the duration of aotpack_model_load only. */
 typedef struct aotpack_model_options_t {
   uint32_t struct_size;   /* sizeof(aotpack_model_options_t); set by _init, lets the struct grow */
   int32_t verify_digests; /* 1 (default): check every member's sha256 against the manifest at load */
+  /* Added after the fields above (a caller built against the shorter struct gets the defaults). */
+  int32_t prepare_device_type;  /* an aotpack_device_type_t, or AOTPACK_PREPARE_NONE (the default): on
+                                   AOTPACK_DEVICE_CUDA, the load sets the model up on CUDA device
+                                   prepare_device_index (context, cubins, weights upload) while it checks the
+                                   digests, instead of at the first session there. A failure there is not the
+                                   load's: the session reports it. */
+  int32_t prepare_device_index; /* default 0 */
   const char* public_key_path; /* a trusted PEM public key file; NULL (default): no signature is required */
   const char* public_key_pem;  /* or the PEM text itself, NUL-terminated; at most one of the two is set */
   const char* signature_path;  /* the signature file; NULL (default): "<path>.sig", where `aotpack sign` puts it */
@@ -104,11 +114,16 @@ typedef struct aotpack_model_options_t {
 AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
 
 /* Maps the package at `path` (a .aotpack file), checks its signature first when the options give a public
- * key, validates its structure and, unless disabled, its digests, and loads its CPU kernel library. `options` may be NULL for the defaults. On success *out is a
+ * key, validates its structure and, unless disabled, its digests, and loads its CPU kernel library. The
+ * digests are hashed on background threads while the rest of the load goes on (each member is used only once
+ * its digest matched, except the weights, which are only parsed by a validating reader or copied to a prepared
+ * device meanwhile); the load succeeds only when all matched. `options` may be NULL for the defaults. On success *out is a
  * new model, release it with aotpack_model_release. */
 AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
                                                 aotpack_model_t** out);
-AOTPACK_API void aotpack_model_release(aotpack_model_t* model); /* NULL is fine */
+/* Drops the caller's reference; sessions hold their own, so the model is freed when the last of them is
+ * destroyed. NULL is fine. */
+AOTPACK_API void aotpack_model_release(aotpack_model_t* model);
 
 AOTPACK_API size_t aotpack_model_num_inputs(const aotpack_model_t* model);
 AOTPACK_API size_t aotpack_model_num_outputs(const aotpack_model_t* model);
@@ -178,6 +193,17 @@ typedef enum aotpack_memory_t {
  *   memory, complete when run returns; the next run overwrites them, so work reading them on other streams
  *   must have finished by then.
  *
+ * CUDA graphs (cuda_graphs = 1, the default, where the driver has the graph API): the first run at a shape (the
+ * values of the model's symbols) records the run's work into a CUDA graph (its capture, which lets the driver
+ * allocate) and later runs at that shape replay it with one launch, so a run costs its kernels' time and not
+ * one launch per kernel. A session keeps the graphs of its cuda_graph_cache_size most recently used shapes.
+ * Every check works as without graphs: inputs and ranges are checked each run, kernels' index checks
+ * reported. A graph reads session-owned input memory: device-I/O inputs are copied into it on the session's
+ * stream before the replay (one device copy per input), host-I/O inputs staged in page-locked memory.
+ *
+ * Host I/O goes through page-locked (pinned) memory the session owns, sized for the declared maxima: the
+ * copies run asynchronously at full bandwidth, and aotpack_session_output points into that memory.
+ *
  * On AOTPACK_DEVICE_CPU the device's memory is host memory: AOTPACK_MEMORY_DEVICE is accepted and means
  * AOTPACK_MEMORY_HOST, which is what aotpack_session_io_memory reports. */
 typedef struct aotpack_session_options_t {
@@ -186,6 +212,10 @@ typedef struct aotpack_session_options_t {
   int32_t device_index;              /* default 0; the CUDA device ordinal for AOTPACK_DEVICE_CUDA */
   int32_t num_threads;               /* CPU threads kernels may use; default 1 */
   aotpack_memory_t io_memory;        /* where inputs and outputs are; default AOTPACK_MEMORY_HOST */
+  /* Added after the fields above (a caller built against the shorter struct gets the defaults). */
+  int32_t cuda_graphs;           /* 1 (default): replay a CUDA graph per shape; 0: launch every step each run */
+  int32_t cuda_graph_cache_size; /* shapes whose graphs a session keeps, least recently used evicted; default
+                                    64, 1..65536 */
 } aotpack_session_options_t;
 
 AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options);
@@ -193,7 +223,7 @@ AOTPACK_API void aotpack_session_options_init(aotpack_session_options_t* options
 /* Allocates the session's arena and output memory for the declared maxima, so a run allocates nothing.
  * On CUDA, UNSUPPORTED when the driver or device is missing, the package has no cubins for the device's
  * compute capability (the message names both) or the driver is older than the cubins need.
- * `model` is borrowed and must outlive the session. On success *out is a new session, destroy it with
+ * The session keeps `model` alive (a reference of its own) until it is destroyed. On success *out is a new session, destroy it with
  * aotpack_session_destroy. */
 AOTPACK_API aotpack_status_t aotpack_session_create(const aotpack_model_t* model,
                                                     const aotpack_session_options_t* options,

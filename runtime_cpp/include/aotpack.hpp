@@ -48,7 +48,8 @@ class Model {
     options.verify_digests = verify_digests ? 1 : 0;
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }
-  // Any options (a required signature: public_key_path or public_key_pem, signature_path).
+  // With every option (aotpack_model_options_init first): a required signature (public_key_path or
+  // public_key_pem, signature_path), a device to prepare.
   Model(const std::string& path, const aotpack_model_options_t& options) {
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }

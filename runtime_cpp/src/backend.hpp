@@ -40,6 +40,10 @@ struct WorkspaceOptions {
   int device_index = 0;
   int num_threads = 1;                          // 1..1024
   aotpack_memory_t io_memory = AOTPACK_MEMORY_HOST;
+  // Where the target can record a shape's run once and replay it (CUDA graphs): whether to, and how many
+  // shapes' recordings to keep (least recently used evicted). Targets without recordings ignore both.
+  bool graphs = true;
+  int graph_cache_size = 64;  // 1..65536
 };
 
 // A session's state on its target. One thread at a time, like its session.
@@ -74,6 +78,10 @@ class Executable {
 
   // A new workspace: its memory for the declared maxima, and the constants on the device it runs on.
   virtual Status create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const = 0;
+
+  // Sets up device `device_index` now (what the first workspace there would do: constants uploaded, kernels
+  // loaded), so that a load can overlap it with checking the digests. Nothing for targets without such set-up.
+  virtual Status prepare(int /*device_index*/) const { return Status(); }
 
   // The same, with the weight buffers' host data taken from `weight_data` (per program buffer, aligned, as
   // PackageParts::weight_data; borrowed, must outlive the workspace) instead of the package's: a refitted

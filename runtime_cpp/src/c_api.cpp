@@ -98,6 +98,8 @@ void aotpack_model_options_init(aotpack_model_options_t* options) {
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
   options->verify_digests = 1;
+  options->prepare_device_type = AOTPACK_PREPARE_NONE;
+  options->prepare_device_index = 0;
 }
 
 aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options, aotpack_model_t** out) {
@@ -111,14 +113,22 @@ aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_option
     bool signed_load = false;
     AOTPACK_RETURN_IF_ERROR(required_signature(path, opts, &signature, &signed_load));
     std::unique_ptr<aotpack_model> model;
-    AOTPACK_RETURN_IF_ERROR(
-        aotpack_model::load(path, opts.verify_digests != 0, signed_load ? &signature : nullptr, &model));
+    if (opts.prepare_device_index < 0)
+      return invalid_argument("prepare_device_index is ", opts.prepare_device_index, ", expected 0 or more");
+    aotpack_model::LoadOptions load_options;
+    load_options.verify_digests = opts.verify_digests != 0;
+    load_options.prepare_device_type = opts.prepare_device_type;
+    load_options.prepare_device_index = opts.prepare_device_index;
+    load_options.signature = signed_load ? &signature : nullptr;
+    AOTPACK_RETURN_IF_ERROR(aotpack_model::load(path, load_options, &model));
     *out = model.release();
     return Status();
   });
 }
 
-void aotpack_model_release(aotpack_model_t* model) { delete model; }
+void aotpack_model_release(aotpack_model_t* model) {
+  if (model) model->release();
+}
 
 size_t aotpack_model_num_inputs(const aotpack_model_t* model) { return model ? model->input_infos().size() : 0; }
 
@@ -170,6 +180,8 @@ void aotpack_session_options_init(aotpack_session_options_t* options) {
   options->device_index = 0;
   options->num_threads = 1;
   options->io_memory = AOTPACK_MEMORY_HOST;
+  options->cuda_graphs = 1;
+  options->cuda_graph_cache_size = 64;
 }
 
 aotpack_status_t aotpack_session_create(const aotpack_model_t* model, const aotpack_session_options_t* options,

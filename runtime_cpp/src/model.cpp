@@ -1,13 +1,14 @@
 #include "model.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
 #include "sha256.hpp"
+#include "timing.hpp"
 
 using namespace aotpack;
 
@@ -29,44 +30,72 @@ std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::
 
 }  // namespace
 
-Status aotpack_model::load(const std::string& path, bool verify_digests, const RequiredSignature* signature,
-                           std::unique_ptr<aotpack_model>* out) {
+Status aotpack_model::load(const std::string& path, const LoadOptions& options, std::unique_ptr<aotpack_model>* out) {
   std::unique_ptr<aotpack_model> model(new aotpack_model());
-  model->shared_ = std::make_shared<Shared>();
-  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, verify_digests, signature).prefixed("package " + path));
-  model->weights_ = model->shared_->own_weights;
+  AOTPACK_RETURN_IF_ERROR(model->load_impl(path, options).prefixed("package " + path));
   *out = std::move(model);
   return Status();
 }
 
-Status aotpack_model::load_impl(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
-  Shared& s = *shared_;
-  AOTPACK_RETURN_IF_ERROR(s.package.open(path, verify_digests, signature));
-  auto weights = std::make_shared<Weights>();
-  MemberBytes bytes;
-  AOTPACK_RETURN_IF_ERROR(s.package.member(kWeightsMember, &bytes));
-  AOTPACK_RETURN_IF_ERROR(safetensors::parse(bytes.data, bytes.size, &weights->tensors)
-                              .prefixed(std::string("member ") + kWeightsMember));
-  // The manifest's record of the member (Package::open checked it is there, and, unless disabled, that it
-  // is the member's sha256).
-  const json::Value* members = s.package.manifest().find("members");
-  const json::Value* entry = members ? members->find(kWeightsMember) : nullptr;
-  const json::Value* sha = entry ? entry->find("sha256") : nullptr;
-  if (!sha || !sha->is_string())
-    return data_loss("manifest.json \"members\" has no sha256 for ", kWeightsMember);
-  weights->digest = "sha256:" + sha->as_string();
+// The package's digests are checked on background threads while the rest loads (Package): a member is used only
+// once its digest matched, except the weights, which are parsed by a validating reader and may be uploaded to a
+// prepared device meanwhile. The load succeeds only when every digest matched; a mismatch is reported before
+// any other failure, which it would explain.
+Status aotpack_model::load_impl(const std::string& path, const LoadOptions& options) {
+  PartTimer total("model load");
+  AOTPACK_RETURN_IF_ERROR(package_.open(path, options.verify_digests, options.signature));
+  Status loaded = load_parts(options);
+  Status digests = package_.wait_for_digests();
+  AOTPACK_RETURN_IF_ERROR(digests);
+  return loaded;
+}
+
+Status aotpack_model::load_parts(const LoadOptions& options) {
+  PartTimer parse("program and weights header");
+  AOTPACK_RETURN_IF_ERROR(load_weights());
   MemberBytes program_bytes;
-  AOTPACK_RETURN_IF_ERROR(s.package.member(kProgramMember, &program_bytes));
+  AOTPACK_RETURN_IF_ERROR(package_.member(kProgramMember, &program_bytes));
   json::Value program_doc;
   AOTPACK_RETURN_IF_ERROR(
       json::parse(std::string_view(reinterpret_cast<const char*>(program_bytes.data), program_bytes.size), &program_doc)
           .prefixed(kProgramMember));
-  AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights->tensors, &s.program));
+  AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
-  place_weights(s.program, weights.get());
-  s.own_weights = std::move(weights);
+  place_weights();
+  parse.stop();
   AOTPACK_RETURN_IF_ERROR(load_targets(program_doc));
   build_infos();
+  prepare(options);
+  return Status();
+}
+
+// The device set up now rather than at the first session; a failure here is the session's to report (it
+// tries again and says why), so it is not the load's.
+void aotpack_model::prepare(const LoadOptions& options) const {
+  if (options.prepare_device_type < 0) return;
+  size_t index = 0;
+  if (!find_backend(static_cast<aotpack_device_type_t>(options.prepare_device_type), &index)) return;
+  Status why;
+  const Executable* executable = this->executable(index, &why);
+  if (!executable) return;
+  PartTimer timer("preparing the device during the load");
+  Status st = executable->prepare(options.prepare_device_index);
+  if (timings_enabled()) timer.stop(st.ok() ? std::string(backend(index).kind) : st.message());
+}
+
+Status aotpack_model::load_weights() {
+  MemberBytes bytes;
+  // Parsed before its digest is checked (the header is validated as it is read); wait_for_digests follows.
+  AOTPACK_RETURN_IF_ERROR(package_.member_unverified(kWeightsMember, &bytes));
+  AOTPACK_RETURN_IF_ERROR(
+      safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember));
+  // The manifest's record of the member (Package::open checked it is there; the load fails unless it matches,
+  // when digests are verified).
+  const json::Value* members = package_.manifest().find("members");
+  const json::Value* entry = members ? members->find(kWeightsMember) : nullptr;
+  const json::Value* sha = entry ? entry->find("sha256") : nullptr;
+  if (!sha || !sha->is_string()) return data_loss("manifest.json \"members\" has no sha256 for ", kWeightsMember);
+  weights_digest_ = "sha256:" + sha->as_string();
   return Status();
 }
 
@@ -75,8 +104,7 @@ Status aotpack_model::check_signature() const {
   JsonReader r("manifest.json");
   const json::Value* sig;
   const std::vector<json::Value>* symbols;
-  const Program& program_ = shared_->program;
-  AOTPACK_RETURN_IF_ERROR(r.object_field(shared_->package.manifest(), "", "signature", &sig));
+  AOTPACK_RETURN_IF_ERROR(r.object_field(package_.manifest(), "", "signature", &sig));
   AOTPACK_RETURN_IF_ERROR(r.array_field(*sig, "signature", "symbols", &symbols));
   auto mismatch = [](const std::string& what) {
     return data_loss("manifest.json signature disagrees with program.json: ", what);
@@ -128,20 +156,21 @@ Status aotpack_model::check_signature() const {
 }
 
 // Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
-void aotpack_model::place_weights(const Program& program, Weights* weights) {
-  weights->data.assign(program.buffers.size(), nullptr);
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const Buffer& b = program.buffers[i];
+void aotpack_model::place_weights() {
+  const Program& program_ = root().program_;
+  weight_data_.assign(program_.buffers.size(), nullptr);
+  for (size_t i = 0; i < program_.buffers.size(); ++i) {
+    const Buffer& b = program_.buffers[i];
     if (b.kind != BufferKind::kWeight) continue;
-    const safetensors::TensorView& t = weights->tensors[b.weight];
+    const safetensors::TensorView& t = weights_[b.weight];
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
       std::unique_ptr<uint8_t[]> copy(new uint8_t[t.size + 64]);
       uint8_t* p = copy.get() + (64 - reinterpret_cast<uintptr_t>(copy.get()) % 64) % 64;
       std::memcpy(p, t.data, t.size);
-      weights->data[i] = p;
-      weights->copies.push_back(std::move(copy));
+      weight_data_[i] = p;
+      weight_copies_.push_back(std::move(copy));
     } else {
-      weights->data[i] = t.data;
+      weight_data_[i] = t.data;
     }
   }
 }
@@ -151,15 +180,16 @@ void aotpack_model::place_weights(const Program& program, Weights* weights) {
 // cannot read does not: a CUDA session then says why). When none loads, the load fails with the last
 // failure in registry order (the CPU's first: a CUDA-only package reports its CUDA part).
 Status aotpack_model::load_targets(const json::Value& program_doc) {
-  Shared& s = *shared_;
-  const PackageParts parts{&s.package, &program_doc, &s.program, &s.own_weights->data};
+  const PackageParts parts{&package_, &program_doc, &program_, &weight_data_};
   Status last_failure, intolerable;
   bool any_loaded = false;
-  s.targets.resize(num_backends());
+  targets_.resize(num_backends());
   for (size_t i = 0; i < num_backends(); ++i) {
     const Backend& b = backend(i);
-    Target& t = s.targets[i];
+    Target& t = targets_[i];
+    PartTimer timer("backend load");
     t.why_not = b.load(parts, &t.executable);
+    if (timings_enabled()) timer.stop(b.kind);
     if (t.executable) {
       t.why_not = Status();
       any_loaded = true;
@@ -178,95 +208,88 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
 }
 
 const Executable* aotpack_model::executable(size_t backend_index, Status* why) const {
-  const Target& t = shared_->targets[backend_index];
+  const Target& t = root().targets_[backend_index];
   *why = t.why_not;
   return t.executable.get();
 }
 
-Status aotpack_model::create_workspace(const Executable& executable, const WorkspaceOptions& options,
-                                       std::unique_ptr<Workspace>* out) const {
-  if (!refitted()) return executable.create_workspace(options, out);
-  return executable.create_workspace_with_weights(options, weights_->data, out);
+aotpack_model::~aotpack_model() {
+  if (base_) base_->release();
 }
 
-Status aotpack_model::refit(const aotpack_model& base, const uint8_t* data, size_t size,
+Status aotpack_model::create_workspace(const Executable& executable, const WorkspaceOptions& options,
+                                       std::unique_ptr<Workspace>* out) const {
+  if (!base_) return executable.create_workspace(options, out);
+  return executable.create_workspace_with_weights(options, weight_data_, out);
+}
+
+Status aotpack_model::refit(const aotpack_model& base_model, const uint8_t* data, size_t size,
                             std::unique_ptr<aotpack_model>* out) {
-  const Shared& s = *base.shared_;
+  const aotpack_model& base = base_model.root();
   if (size > SIZE_MAX - 64) return invalid_argument("the new weights' size ", size, " is too large");
-  auto weights = std::make_shared<Weights>();
+  std::unique_ptr<aotpack_model> model(new aotpack_model());
   // The copy is 64-byte aligned, so tensors the file aligns are used in place, as in a package.
-  weights->bytes.reset(new uint8_t[size + 64]);
-  uint8_t* copy = weights->bytes.get() + (64 - reinterpret_cast<uintptr_t>(weights->bytes.get()) % 64) % 64;
+  model->refit_bytes_.reset(new uint8_t[size + 64]);
+  uint8_t* copy = model->refit_bytes_.get() + (64 - reinterpret_cast<uintptr_t>(model->refit_bytes_.get()) % 64) % 64;
   if (size) std::memcpy(copy, data, size);
-  AOTPACK_RETURN_IF_ERROR(safetensors::parse(copy, size, &weights->tensors).prefixed("the new weights"));
+  std::vector<safetensors::TensorView> given;
+  AOTPACK_RETURN_IF_ERROR(safetensors::parse(copy, size, &given).prefixed("the new weights"));
   // The same names, dtypes and shapes as the package's, every difference listed (as `aotpack refit` does).
-  const std::vector<safetensors::TensorView>& expected = s.own_weights->tensors;
+  const std::vector<safetensors::TensorView>& expected = base.weights_;
   auto describe = [](const safetensors::TensorView& t) {
     std::string d = str_cat(dtype_name(t.dtype), "[");
     for (size_t i = 0; i < t.shape.size(); ++i) d += str_cat(i ? ", " : "", t.shape[i]);
     return d + "]";
   };
-  auto find = [](const std::vector<safetensors::TensorView>& ts, const std::string& name) -> const safetensors::TensorView* {
-    for (const safetensors::TensorView& t : ts) {
-      if (t.name == name) return &t;
-    }
-    return nullptr;
+  auto dims = [&](const safetensors::TensorView& t) {
+    std::string d = describe(t);
+    return d.substr(d.find('['));
   };
-  std::vector<std::string> expected_names, given_names;
-  for (const auto& t : expected) expected_names.push_back(t.name);
-  for (const auto& t : weights->tensors) given_names.push_back(t.name);
-  std::sort(expected_names.begin(), expected_names.end());
-  std::sort(given_names.begin(), given_names.end());
+  std::map<std::string, const safetensors::TensorView*> by_name_expected, by_name_given;
+  for (const auto& t : expected) by_name_expected[t.name] = &t;
+  for (const auto& t : given) by_name_given[t.name] = &t;
   std::vector<std::string> problems;
-  for (const std::string& n : expected_names) {
-    if (!find(weights->tensors, n)) problems.push_back(str_cat(n, ": missing (expected ", describe(*find(expected, n)), ")"));
+  for (const auto& [n, e] : by_name_expected) {
+    if (!by_name_given.count(n)) problems.push_back(str_cat(n, ": missing (expected ", describe(*e), ")"));
   }
-  for (const std::string& n : given_names) {
-    if (!find(expected, n)) problems.push_back(str_cat(n, ": not in the package (given ", describe(*find(weights->tensors, n)), ")"));
-  }
-  for (const std::string& n : expected_names) {
-    const safetensors::TensorView* e = find(expected, n);
-    const safetensors::TensorView* g = find(weights->tensors, n);
-    if (!g) continue;
-    if (e->dtype != g->dtype) problems.push_back(str_cat(n, ": dtype ", dtype_name(g->dtype), ", expected ", dtype_name(e->dtype)));
-    if (e->shape != g->shape) {
-      std::string ds = describe(*g), de = describe(*e);
-      problems.push_back(str_cat(n, ": shape ", ds.substr(ds.find('[')), ", expected ", de.substr(de.find('['))));
+  bool unknown = false, panels = false;
+  for (const auto& [n, g] : by_name_given) {
+    if (!by_name_expected.count(n)) {
+      problems.push_back(str_cat(n, ": not in the package (given ", describe(*g), ")"));
+      unknown = true;
     }
+  }
+  for (const auto& [n, e] : by_name_expected) {
+    panels = panels || n.find(".panels") != std::string::npos;
+    auto it = by_name_given.find(n);
+    if (it == by_name_given.end()) continue;
+    const safetensors::TensorView* g = it->second;
+    if (e->dtype != g->dtype) problems.push_back(str_cat(n, ": dtype ", dtype_name(g->dtype), ", expected ", dtype_name(e->dtype)));
+    if (e->shape != g->shape) problems.push_back(str_cat(n, ": shape ", dims(*g), ", expected ", dims(*e)));
   }
   if (!problems.empty()) {
     std::string list;
     for (const std::string& p : problems) list += "\n  " + p;
     // As `aotpack refit` hints: a name the package lacks, where export laid weights out for the kernels.
-    bool panels = false, unknown = false;
-    for (const std::string& n : expected_names) panels = panels || n.find(".panels") != std::string::npos;
-    for (const std::string& n : given_names) unknown = unknown || !find(expected, n);
-    panels = panels && unknown;
     return invalid_argument("the new weights do not fit the package: ", problems.size(),
                             " mismatch(es) with its weights.safetensors:", list,
-                            panels ? "\n  (some package weights are laid out at export, e.g. *.panels16: pass the "
-                                     "weights.safetensors that `aotpack refit --model` writes)"
-                                   : "");
+                            panels && unknown ? "\n  (some package weights are laid out at export, e.g. *.panels16: "
+                                                "pass the weights.safetensors that `aotpack refit --model` writes)"
+                                              : "");
   }
   // parse_program bound each weight buffer to a tensor by its index in the package's weights: the refit's
   // tensors go in the same order.
-  std::vector<safetensors::TensorView> ordered;
-  ordered.reserve(expected.size());
-  for (const auto& t : expected) ordered.push_back(*find(weights->tensors, t.name));
-  weights->tensors = std::move(ordered);
-  weights->digest = "sha256:" + sha256_hex(copy, size);
-  place_weights(s.program, weights.get());
-  std::unique_ptr<aotpack_model> model(new aotpack_model());
-  model->shared_ = base.shared_;
-  model->weights_ = std::move(weights);
+  model->weights_.reserve(expected.size());
+  for (const auto& t : expected) model->weights_.push_back(*by_name_given[t.name]);
+  model->weights_digest_ = "sha256:" + sha256_hex(copy, size);
+  model->base_ = &base;
+  base.retain();
+  model->place_weights();
   *out = std::move(model);
   return Status();
 }
 
 void aotpack_model::build_infos() {
-  const Program& program_ = shared_->program;
-  std::vector<aotpack_tensor_info_t>& input_infos_ = shared_->input_infos;
-  std::vector<aotpack_tensor_info_t>& output_infos_ = shared_->output_infos;
   auto info_of = [&](const Port& port) {
     aotpack_tensor_info_t info;
     std::memset(&info, 0, sizeof(info));

@@ -4,7 +4,7 @@
 #define AOTPACK_SRC_PACKAGE_HPP_
 
 #include <cstdint>
-#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,31 +35,50 @@ struct MemberBytes {
 };
 
 // An open package. Immutable: safe to read from any thread.
+//
+// With digests on, open checks the structure and every member's size, then hashes the members on background
+// threads (the largest, the weights, on one; the rest on the others) while the caller goes on loading: member()
+// waits for the member's own digest, so nothing is used before it is checked, except through
+// member_unverified(), for bytes that are only parsed by a validating parser or copied (the weights, which the
+// CUDA backend may upload while their digest is computed). wait_for_digests() says whether all matched.
 class Package {
  public:
+  Package();
+  ~Package();  // waits for the digest threads, which read the mapping
+  Package(const Package&) = delete;
+  Package& operator=(const Package&) = delete;
+
   // Errors do not name the package file (the caller prefixes "package PATH"). With `signature`, the
   // signature is verified over the members right after the zip directory is read: before manifest.json is
-  // parsed, and so before anything of the package is used.
+  // parsed and any digest thread starts, and so before anything of the package is used.
   Status open(const std::string& path, bool verify_digests, const RequiredSignature* signature = nullptr);
 
   const json::Value& manifest() const { return manifest_; }
   const std::string& manifest_text() const { return manifest_text_; }
   // The package digest, "sha256:<hex>" of manifest.json's bytes as stored (docs/registries.md).
   const std::string& digest() const { return digest_; }
-  // The bytes of member `name`; NOT_FOUND naming it when the package lacks it.
+  // The bytes of member `name`, its digest checked (waiting for it): NOT_FOUND naming it when the package lacks
+  // it, DATA_LOSS when its digest does not match.
   Status member(std::string_view name, MemberBytes* out) const;
+  // The same bytes without waiting for the digest: only for data that is validated as it is read or merely
+  // copied, and whose digest the caller awaits with wait_for_digests before the load succeeds.
+  Status member_unverified(std::string_view name, MemberBytes* out) const;
+  // Waits for every digest: OK, or the first mismatch in manifest order (the message names the member).
+  Status wait_for_digests() const;
 
  private:
+  struct Digests;  // the jobs and their threads
+
   Status check_format() const;
-  Status check_members(bool verify_digests) const;
-  Status check_signature(const RequiredSignature& signature);
+  Status check_signature(const RequiredSignature& signature) const;
+  Status check_members(bool verify_digests);
 
   MappedFile file_;
   std::vector<ZipMember> members_;
   std::string manifest_text_;
   std::string digest_;
   json::Value manifest_;
-  std::map<std::string, std::string> verified_sha256_;  // per member, when a signature check hashed them
+  std::unique_ptr<Digests> digests_;  // null when not verifying
 };
 
 }  // namespace aotpack

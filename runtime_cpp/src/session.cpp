@@ -4,12 +4,14 @@
 
 #include "backend_registry.hpp"
 #include "dtype.hpp"
+#include "timing.hpp"
 
 using namespace aotpack;
 
 namespace {
 
 constexpr int kMaxThreads = 1024;
+constexpr int kMaxGraphCache = 65536;
 
 std::string dtype_label(aotpack_dtype_t dtype) {
   const char* name = dtype_name(dtype);
@@ -18,6 +20,11 @@ std::string dtype_label(aotpack_dtype_t dtype) {
 }
 
 }  // namespace
+
+aotpack_session::~aotpack_session() {
+  workspace_.reset();  // the workspace uses the model's executable: gone before the model may be
+  model_->release();
+}
 
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
@@ -34,6 +41,11 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   if (options.io_memory != AOTPACK_MEMORY_HOST && options.io_memory != AOTPACK_MEMORY_DEVICE)
     return invalid_argument("unknown io_memory ", static_cast<int>(options.io_memory),
                             ", expected AOTPACK_MEMORY_HOST (0) or AOTPACK_MEMORY_DEVICE (1)");
+  if (options.cuda_graphs != 0 && options.cuda_graphs != 1)
+    return invalid_argument("cuda_graphs is ", options.cuda_graphs, ", expected 0 (off) or 1 (on)");
+  if (options.cuda_graph_cache_size < 1 || options.cuda_graph_cache_size > kMaxGraphCache)
+    return invalid_argument("cuda_graph_cache_size is ", options.cuda_graph_cache_size, ", expected 1..",
+                            kMaxGraphCache);
 
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
@@ -45,7 +57,11 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   workspace_options.device_index = options.device_index;
   workspace_options.num_threads = options.num_threads;
   workspace_options.io_memory = options.io_memory;
+  workspace_options.graphs = options.cuda_graphs != 0;
+  workspace_options.graph_cache_size = options.cuda_graph_cache_size;
+  PartTimer timer("session create");
   AOTPACK_RETURN_IF_ERROR(model->create_workspace(*executable, workspace_options, &s->workspace_));
+  if (timings_enabled()) timer.stop(b.kind);
   *out = std::move(s);
   return Status();
 }

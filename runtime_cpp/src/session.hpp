@@ -21,7 +21,9 @@ struct aotpack_session {
   aotpack_session(const aotpack_session&) = delete;
   aotpack_session& operator=(const aotpack_session&) = delete;
 
-  // `model` is borrowed and must outlive the session.
+  ~aotpack_session();
+
+  // The session holds a reference to `model` (aotpack_model::retain) until it is destroyed.
   static aotpack::Status create(const aotpack_model* model, const aotpack_session_options_t& options,
                                 std::unique_ptr<aotpack_session>* out);
 
@@ -30,7 +32,7 @@ struct aotpack_session {
   aotpack_memory_t io_memory() const { return workspace_->io_memory(); }
 
  private:
-  explicit aotpack_session(const aotpack_model* model) : model_(model) {}
+  explicit aotpack_session(const aotpack_model* model) : model_(model) { model_->retain(); }
 
   aotpack::Status check_inputs(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status plan_buffers();

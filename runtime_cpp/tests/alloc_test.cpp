@@ -1,12 +1,14 @@
 // aotpack-alloc-test: checks the runtime's promise that a run allocates nothing, on any backend.
 //
-//   aotpack-alloc-test PACKAGE [--device cpu|cuda] [--io host|device] [--threads N] [--rounds N]
+//   aotpack-alloc-test PACKAGE [--device cpu|cuda] [--io host|device] [--threads N] [--rounds N] [--no-cuda-graphs]
 //
 // Replaces the global operator new (every form) and, on glibc without a sanitizer, malloc and its kin with
 // counting versions, so that every allocation in the process is seen: the runtime's, the kernels' and the
-// pool threads'. Creates a session, runs it once at the symbols' maxima (the warm-up: the first run may
-// bind lazily loaded code), then counts the allocations of --rounds rounds of runs at the minima, an
-// inner point and the maxima, each followed by aotpack_session_output for every output. Inputs are zeros.
+// pool threads'. Creates a session, runs it once at the symbols' maxima, the minima and an inner point (the
+// warm-up: the first run may bind lazily loaded code, and on CUDA a shape's first run records its CUDA graph,
+// which the driver allocates), then counts the allocations of --rounds rounds of runs at the minima, an inner
+// point and the maxima, each followed by aotpack_session_output for every output. Inputs are zeros.
+// --no-cuda-graphs creates the session with graphs off.
 //
 // Exit status 0 when the counted runs allocated nothing, 1 when they allocated or a run failed, 2 for a
 // usage error or a package whose inputs it cannot make (a dimension that is an expression). On CUDA only
@@ -158,11 +160,12 @@ struct Args {
   bool device_io = false;
   int threads = 1;
   int rounds = 5;
+  bool cuda_graphs = true;
 };
 
 int usage(const char* message) {
   std::fprintf(stderr, "aotpack-alloc-test: %s\nusage: aotpack-alloc-test PACKAGE [--device cpu|cuda] "
-               "[--io host|device] [--threads N] [--rounds N]\n", message);
+               "[--io host|device] [--threads N] [--rounds N] [--no-cuda-graphs]\n", message);
   return 2;
 }
 
@@ -246,6 +249,8 @@ int parse_args(int argc, char** argv, Args* args) {
       const char* v = value();
       if (!v || (std::strcmp(v, "host") != 0 && std::strcmp(v, "device") != 0)) return usage("--io is host or device");
       args->device_io = std::strcmp(v, "device") == 0;
+    } else if (a == "--no-cuda-graphs") {
+      args->cuda_graphs = false;
     } else if (a == "--threads" || a == "--rounds") {
       const char* v = value();
       int n = v ? std::atoi(v) : 0;
@@ -270,6 +275,7 @@ int run_test(const Args& args) {
   options.device_type = args.cuda ? AOTPACK_DEVICE_CUDA : AOTPACK_DEVICE_CPU;
   options.num_threads = args.threads;
   options.io_memory = args.device_io ? AOTPACK_MEMORY_DEVICE : AOTPACK_MEMORY_HOST;
+  options.cuda_graphs = args.cuda_graphs ? 1 : 0;
   aotpack_session_t* session = nullptr;
   if (failed(aotpack_session_create(model, &options, &session), "creating the session")) {
     aotpack_model_release(model);
@@ -332,7 +338,9 @@ int run_test(const Args& args) {
     }
     return true;
   };
-  if (!run_once(points[0])) return 1;
+  for (Point& p : points) {
+    if (!run_once(p)) return 1;
+  }
 
   const long cpp_before = g_cpp_allocations.load(), c_before = g_c_allocations.load();
   int runs = 0;

@@ -1,6 +1,6 @@
 """A CUDA run allocates nothing: aotpack-alloc-test (runtime_cpp/tests/alloc_test.cpp) counts every C++
-allocation of the process over runs at the symbols' minima, an inner point and maxima, after a warm-up run,
-with host and with device I/O. The C allocations it also counts include the NVIDIA driver's own: reported in
+allocation of the process over runs at the symbols' minima, an inner point and maxima, after a warm-up run at
+each (which records its CUDA graph), with host and with device I/O, with graphs and without. The C allocations it also counts include the NVIDIA driver's own: reported in
 the output, not failed."""
 
 from __future__ import annotations
@@ -26,10 +26,13 @@ def cuda_package(request, tmp_path_factory, cuda_arch) -> Path:
     return build_package(captured, path, targets=Targets(None, CudaTarget((cuda_arch,)))).path
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
 @pytest.mark.parametrize("io", ["host", "device"])
-def test_a_cuda_run_allocates_nothing(runtime_build, cuda_package, io):
+def test_a_cuda_run_allocates_nothing(runtime_build, cuda_package, io, graphs):
+    """With graphs, the warm-up runs record each point's graph; the counted runs replay them."""
     result = subprocess.run(
-        [str(runtime_build / "aotpack-alloc-test"), str(cuda_package), "--device", "cuda", "--io", io],
+        [str(runtime_build / "aotpack-alloc-test"), str(cuda_package), "--device", "cuda", "--io", io]
+        + ([] if graphs else ["--no-cuda-graphs"]),
         check=False,
         capture_output=True,
         text=True,

@@ -66,10 +66,12 @@ def run_python(runtime_build, code: str, **extra) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
 @pytest.mark.parametrize("io", ["host", "device"])
-def test_a_cuda_run_allocates_nothing(runtime_build, package, io):
+def test_a_cuda_run_allocates_nothing(runtime_build, package, io, graphs):
     result = subprocess.run(
-        [str(runtime_build / "aotpack-alloc-test"), str(package[0]), "--device", "cuda", "--io", io],
+        [str(runtime_build / "aotpack-alloc-test"), str(package[0]), "--device", "cuda", "--io", io]
+        + ([] if graphs else ["--no-cuda-graphs"]),
         check=False,
         capture_output=True,
         text=True,
@@ -77,12 +79,61 @@ def test_a_cuda_run_allocates_nothing(runtime_build, package, io):
         env=fake_env(runtime_build),
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    # The fake driver allocates nothing in a run either, so here even the C count is exact.
+    # The fake driver allocates nothing in a run either (a replay included), so here even the C count is exact.
     assert re.search(r"15 runs after the warm-up: 0 C\+\+ allocations, (0 C allocations|C allocations not counted)",
                      result.stdout), result.stdout
 
 
+def runs_of(trace) -> list[list[str]]:
+    """The trace's runs: from the session's first cuCtxSetCurrent after its stream to each cuStreamSynchronize."""
+    lines = trace.read_text().splitlines()
+    start = lines.index("cuCtxSetCurrent(primary)", lines.index("cuStreamCreate(1)") + 1)
+    runs, current = [], []
+    for line in lines[start:]:
+        current.append(line)
+        if line == "cuStreamSynchronize":
+            runs.append(current)
+            current = []
+    return runs
+
+
+def calls_of(run: list[str]) -> list[str]:
+    return [line.split("(")[0].split(" =")[0] for line in run]
+
+
 def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
+    """Without graphs, each run queues its copies (from and to page-locked staging memory) and launches."""
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
+        for n in (5, 16):
+            (out,) = session.run([np.zeros((n, 8), np.float32)])
+            assert out.shape == (n, 4), out.shape
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    runs = runs_of(trace)
+    assert len(runs) == 2, runs
+    for n, run in zip((5, 16), runs):
+        assert calls_of(run) == (
+            ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuMemsetD8Async"]
+            + ["cuLaunchKernel"] * steps
+            + ["cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+        ), run
+        assert run[1].endswith(f", {n * 8 * 4})") and run[-3].endswith(f", {n * 4 * 4})"), run
+        assert run[2].endswith(f", 0, {4 * steps})") and run[-2].endswith(f", {4 * steps})"), run
+        # Host I/O goes through the session's page-locked memory (h<k>), never the caller's (host).
+        assert re.match(r"cuMemcpyHtoDAsync\(d\d+\+0, h\d+\+0, ", run[1]), run[1]
+        assert re.match(r"cuMemcpyDtoHAsync\(h\d+\+0, d\d+\+0, ", run[-3]), run[-3]
+
+
+def test_graphs_are_captured_once_per_shape_and_replayed(runtime_build, package, tmp_path):
     path, steps = package
     trace = tmp_path / "trace.txt"
     result = run_python(
@@ -91,27 +142,234 @@ def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
         import numpy as np
         from aotpack import runtime as rt
         session = rt.Model({str(path)!r}).session(device="cuda")
-        for n in (5, 16):
-            (out,) = session.run([np.zeros((n, 8), np.float32)])
+        for n in (5, 16, 5, 16, 16):
+            (out,) = session.run([np.full((n, 8), n, np.float32)])
             assert out.shape == (n, 4), out.shape
         """,
         FAKE_CUDA_TRACE=str(trace),
     )
     assert result.returncode == 0, result.stderr
+    runs = runs_of(trace)
+    assert len(runs) == 5, runs
+    capture = (
+        ["cuCtxSetCurrent", "cuStreamBeginCapture", "capture: cuMemcpyHtoDAsync", "capture: cuMemsetD8Async"]
+        + ["capture: cuLaunchKernel"] * steps
+        + ["capture: cuMemcpyDtoHAsync", "capture: cuMemcpyDtoHAsync", "cuStreamEndCapture",
+           "cuGraphInstantiateWithFlags", "cuGraphDestroy", "cuGraphLaunch", "cuStreamSynchronize"]
+    )
+    for n, run in zip((5, 16), runs[:2]):
+        assert calls_of(run) == capture, run
+        assert run[1] == "cuStreamBeginCapture(mode 1)", run  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        assert run[2].endswith(f", {n * 8 * 4})") and run[-7].endswith(f", {n * 4 * 4})"), run
+    assert runs[0][-2] == f"cuGraphLaunch(e0, {steps + 4} nodes)", runs[0]
+    # Later runs at a recorded shape: the inputs staged on the host, then one launch of that shape's graph.
+    for run, exec_id in zip(runs[2:], (0, 1, 1)):
+        assert run == ["cuCtxSetCurrent(primary)", f"cuGraphLaunch(e{exec_id}, {steps + 4} nodes)",
+                       "cuStreamSynchronize"], run
+
+
+def test_the_graph_cache_evicts_the_least_recently_used_shape(runtime_build, package, tmp_path):
+    path, _ = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda", cuda_graph_cache_size=2)
+        for n in (1, 2, 1, 3, 2, 3, 1):
+            session.run([np.zeros((n, 8), np.float32)])
+        del session
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    runs = runs_of(trace)
+    events = [[line for line in run if line.startswith(("cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphLaunch"))]
+              for run in runs]
+    events = [[e.split(",")[0].replace("cuGraphInstantiateWithFlags(", "new ").split(")")[0] for e in run]
+              for run in events]
+    assert events == [
+        ["new g0", "cuGraphLaunch(e0"],                            # n=1: captured
+        ["new g1", "cuGraphLaunch(e1"],                            # n=2: captured
+        ["cuGraphLaunch(e0"],                                      # n=1: replayed
+        ["cuGraphExecDestroy(e1", "new g2", "cuGraphLaunch(e2"],   # n=3: n=2 was least recently used
+        ["cuGraphExecDestroy(e0", "new g3", "cuGraphLaunch(e3"],   # n=2 again: n=1 evicted
+        ["cuGraphLaunch(e2"],                                      # n=3: replayed
+        ["cuGraphExecDestroy(e3", "new g4", "cuGraphLaunch(e4"],   # n=1 again: n=2 evicted
+    ], events
     lines = trace.read_text().splitlines()
-    first_run = lines.index("cuCtxSetCurrent(primary)", lines.index("cuStreamCreate(1)") + 1)
-    ends = [i + 1 for i, line in enumerate(lines) if line == "cuStreamSynchronize"]
-    assert len(ends) == 2, lines
-    runs = [lines[first_run : ends[0]], lines[ends[0] : ends[1]]]
-    for n, run in zip((5, 16), runs):
-        calls = [line.split("(")[0] for line in run]
-        assert calls == (
-            ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuMemsetD8Async"]
-            + ["cuLaunchKernel"] * steps
-            + ["cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync", "cuStreamSynchronize"]
-        ), run
-        assert run[1].endswith(f", {n * 8 * 4})") and run[-3].endswith(f", {n * 4 * 4})"), run
-        assert run[2].endswith(f", 0, {4 * steps})") and run[-2].endswith(f", {4 * steps})"), run
+    # Destroying the session frees the graphs it still holds.
+    assert sorted(line for line in lines if line.startswith("cuGraphExecDestroy")) == [
+        "cuGraphExecDestroy(e0)", "cuGraphExecDestroy(e1)", "cuGraphExecDestroy(e2)", "cuGraphExecDestroy(e3)",
+        "cuGraphExecDestroy(e4)"]
+
+
+DEVICE_TENSOR = """
+import ctypes
+import numpy as np
+from aotpack import runtime as rt
+cuda = ctypes.CDLL("libcuda.so.1")
+
+class Dev:  # what a device-I/O session reads of a torch CUDA tensor
+    device = type("Device", (), {"type": "cuda"})()
+    dtype = "float32"
+    def __init__(self, ptr, shape):
+        self.ptr, self.shape = ptr, shape
+    def data_ptr(self):
+        return self.ptr
+    def is_contiguous(self):
+        return True
+
+def alloc(n):
+    p = ctypes.c_ulonglong(0)
+    assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    return p.value
+"""
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_device_inputs_at_new_addresses(runtime_build, package, tmp_path, graphs):
+    """With graphs, a graph never reads the caller's pointer: each run copies the caller's input into the
+    session's input buffer, then replays; without, the launches read the caller's memory in place."""
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device", cuda_graphs={graphs})
+a, b = alloc(16 * 8 * 4), alloc(16 * 8 * 4)
+print("callers", a, b)
+for ptr in (a, b, a + 128, b):
+    (out,) = session.run([Dev(ptr, (3, 8))])
+    assert out.shape == (3, 4)
+""",
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    callers = [line.split(" = ")[1] for line in lines if line.startswith("cuMemAlloc(512) = ")][-2:]
+    runs = runs_of(trace)
+    assert len(runs) == 4, runs
+    sources = [f"{callers[0]}+0", f"{callers[1]}+0", f"{callers[0]}+128", f"{callers[1]}+0"]
+    for i, (run, source) in enumerate(zip(runs, sources)):
+        assert run[0] == "cuCtxSetCurrent(primary)" and run[1].startswith("cuPointerGetAttributes("), run
+        launches = [line for line in run if "cuLaunchKernel" in line]
+        if graphs:
+            copy = run[2]
+            assert copy.startswith("cuMemcpyDtoDAsync(d") and copy.endswith(f", {source}, {3 * 8 * 4})"), run
+            session_buffer = copy.split("(")[1].split(",")[0]
+            assert session_buffer.split("+")[0] not in callers, copy
+            if i == 0:
+                assert launches and all(line.startswith("capture: ") for line in launches), run
+                assert any(f"first parameter {session_buffer}" in line for line in launches), launches
+                assert not any(c + "+" in line for c in callers for line in launches), launches
+            else:  # the same shape: replayed, whatever the caller's address
+                assert not launches and calls_of(run)[3:] == ["cuGraphLaunch", "cuStreamSynchronize"], run
+        else:
+            assert not any("Capture" in line or "cuGraphLaunch" in line for line in run), run
+            assert len(launches) == steps and f"first parameter {source}" in launches[0], run
+
+
+def test_checks_work_under_replay(runtime_build, package):
+    """An out-of-range input is refused with its message at a recorded shape's neighbour and a device pointer
+    check still runs before a replay; a failed capture leaves the session usable."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device")
+big = alloc(16 * 8 * 4)
+session.run([Dev(big, (4, 8))])
+session.run([Dev(big, (4, 8))])
+for ptr, n in ((big, 17), (big + 4, 4), (alloc(64), 4)):
+    try:
+        session.run([Dev(ptr, (n, 8))])
+    except rt.AotpackError as e:
+        print(e.code.name, e)
+(out,) = session.run([Dev(big, (4, 8))])
+print("ok", out.shape)
+""",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith('OUT_OF_RANGE input "x" dim 0 (n) = 17 is outside the declared range 1..16'), lines
+    assert lines[1].startswith("INVALID_ARGUMENT") and "is not 16-byte aligned" in lines[1], lines
+    assert lines[2].startswith("INVALID_ARGUMENT") and "too few for the tensor's 128 bytes" in lines[2], lines
+    assert lines[3] == "ok (4, 4)", lines
+
+
+def test_a_failed_capture_leaves_the_session_usable(runtime_build, package):
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda")
+        try:
+            session.run([np.zeros((3, 8), np.float32)])
+        except rt.AotpackError as e:
+            print(e)
+        (out,) = session.run([np.zeros((3, 8), np.float32)])
+        print("ok", out.shape)
+        """,
+        FAKE_CUDA_FAIL_LAUNCH="1",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "launching cuda step 0 (kernel " in lines[0] and "CUDA_ERROR_FAKE (700" in lines[0], lines
+    assert lines[1] == "ok (3, 4)", lines
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ("cuda_graph_cache_size=0", "cuda_graph_cache_size is 0, expected 1..65536"),
+        ("cuda_graph_cache_size=65537", "cuda_graph_cache_size is 65537, expected 1..65536"),
+    ],
+)
+def test_graph_options_are_checked(runtime_build, package, options, message):
+    result = run_python(
+        runtime_build,
+        f"""
+        from aotpack import runtime as rt
+        model = rt.Model({str(package[0])!r})
+        try:
+            rt.Session(model, device="cuda", {options})
+        except rt.AotpackError as e:
+            print(e.code.name, e)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"INVALID_ARGUMENT {message}", result.stdout
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_the_tool_times_capture_and_replay(runtime_build, package, tmp_path, graphs):
+    trace = tmp_path / "trace.txt"
+    result = subprocess.run(
+        [str(runtime_build / "aotpack-run"), str(package[0]), "--device", "cuda", "--repeat", "3", "--timings"]
+        + ([] if graphs else ["--no-cuda-graphs"]),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=fake_env(runtime_build, FAKE_CUDA_TRACE=str(trace)),
+    )
+    assert result.returncode == 0, result.stderr
+    if graphs:
+        assert re.search(r"first run [\d.]+ ms \(capture\), median of 3 runs [\d.]+ ms \(replay\) "
+                         r"\(cuda:0, host inputs and outputs, CUDA graphs\)", result.stdout), result.stdout
+    else:
+        assert re.search(r"first run [\d.]+ ms, median of 3 runs [\d.]+ ms \(cuda:0, host inputs and outputs, "
+                         r"no CUDA graphs\)", result.stdout), result.stdout
+    text = trace.read_text()
+    assert text.count("cuStreamBeginCapture") == (1 if graphs else 0), text
+    assert text.count("cuGraphLaunch") == (4 if graphs else 0), text
+    # --timings: where the time to the first result went, part by part.
+    for part in ("digests", "cuda driver", "cuda context", "cuda modules", "cuda weights", "open to first result"):
+        assert part in result.stderr, result.stderr
 
 
 def test_device_pointers_are_checked(runtime_build, package):
@@ -191,3 +449,80 @@ def test_a_device_the_host_lacks(runtime_build, package):
         env=fake_env(runtime_build),
     )
     assert result.returncode == 1 and "CUDA device 1 does not exist: this host has 1 CUDA device" in result.stderr
+
+
+def test_a_load_prepares_the_gpu_while_it_checks_the_digests(runtime_build, package, tmp_path):
+    """Model(prepare="cuda"): the cubins load and the weights upload during the load; the session finds them."""
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        model = rt.Model({str(package[0])!r}, prepare="cuda")
+        open({str(trace)!r}, "a").write("-- loaded\\n")
+        model.session(device="cuda").run([np.zeros((2, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    loaded = lines.index("-- loaded")
+    assert any(line.startswith("cuModuleLoadData") for line in lines[:loaded]), lines
+    assert any(line.startswith("cuMemcpyHtoD(") for line in lines[:loaded]), lines  # the weights
+    assert not any(line.startswith(("cuModuleLoadData", "cuMemcpyHtoD(")) for line in lines[loaded:]), lines
+
+
+def test_a_prepared_load_still_fails_on_a_bad_digest(runtime_build, package, tmp_path):
+    """The weights upload before their digest is known; a mismatch still fails the load, and frees the device."""
+    from runtime_helpers import flip_byte
+
+    bad = flip_byte(package[0], tmp_path / "bad.aotpack", "weights.safetensors", 200)
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        from aotpack import runtime as rt
+        try:
+            rt.Model({str(bad)!r}, prepare="cuda")
+        except rt.AotpackError as e:
+            print(e.code.name, e)
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"DATA_LOSS package {bad}: member weights.safetensors does not match its sha256 "
+                                    "digest in manifest.json"), result.stdout
+    lines = trace.read_text().splitlines()
+    allocations = [line.split(" = ")[1] for line in lines if line.startswith("cuMemAlloc(")]
+    assert allocations and all(f"cuMemFree({a}+0)" in lines for a in allocations), lines
+    assert "cuModuleUnload" in lines and "cuDevicePrimaryCtxRelease(0)" in lines, lines
+
+
+@pytest.mark.parametrize("io", ["host", "device"])
+def test_a_stream_that_cannot_capture_runs_without_graphs(runtime_build, package, tmp_path, io):
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io={io!r})
+big = alloc(16 * 8 * 4)
+for n in (3, 3, 5):
+    x = Dev(big, (n, 8)) if {io!r} == "device" else np.zeros((n, 8), np.float32)
+    (out,) = session.run([x])
+    assert out.shape == (n, 4)
+""",
+        FAKE_CUDA_TRACE=str(trace),
+        FAKE_CUDA_FAIL_CAPTURE="1",
+        AOTPACK_TIMINGS="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuda graphs off for this session, capture refused" in result.stderr, result.stderr
+    runs = runs_of(trace)
+    assert len(runs) == 3 and calls_of(runs[0]).count("cuStreamBeginCapture") == 1, runs
+    for run in runs:  # every run launches its steps directly, the first (whose capture was refused) included
+        assert [c for c in calls_of(run) if c == "cuLaunchKernel"] == ["cuLaunchKernel"] * steps, run
+        assert not any("cuGraph" in c or c.startswith("capture") for c in calls_of(run)), run
+        if io == "host":
+            assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 2

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 OLD_OPTIONS_SIZE = 16  # sizeof(aotpack_session_options_t) before io_memory was appended
+IO_MEMORY_OPTIONS_SIZE = 20  # ... and before cuda_graphs and cuda_graph_cache_size were
 
 
 def _create(rt, model, options) -> ctypes.c_void_p:
@@ -27,8 +28,9 @@ def _options(rt, **fields) -> object:
 
 def test_defaults(rt):
     options = _options(rt)
-    assert options.struct_size == ctypes.sizeof(rt._SessionOptions) == 20
+    assert options.struct_size == ctypes.sizeof(rt._SessionOptions) == 28
     assert options.io_memory == 0  # AOTPACK_MEMORY_HOST
+    assert options.cuda_graphs == 1 and options.cuda_graph_cache_size == 64
     assert rt.lib().aotpack_session_io_memory(None) == 0
 
 
@@ -68,3 +70,40 @@ def test_device_tensor_describes_itself_to_cuda_consumers(rt):
     }
     bf16 = rt.DeviceTensor("y", 0x7F0000001000, (2,), "bfloat16", 0)
     assert bf16.__cuda_array_interface__["typestr"] == "<u2"  # raw bits, as host outputs give them
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"cuda_graphs": 2}, "cuda_graphs is 2, expected 0 (off) or 1 (on)"),
+        ({"cuda_graph_cache_size": 0}, "cuda_graph_cache_size is 0, expected 1..65536"),
+    ],
+)
+def test_graph_options_are_checked_on_every_device(rt, mlp_package, fields, message):
+    with pytest.raises(rt.AotpackError) as info:
+        _create(rt, rt.Model(mlp_package), _options(rt, **fields))
+    assert info.value.code == rt.StatusCode.INVALID_ARGUMENT and str(info.value) == message
+
+
+def test_callers_built_before_graph_options_get_the_defaults(rt, mlp_package):
+    """A caller's struct that ends at io_memory: the fields beyond it (garbage here) are not read."""
+    model = rt.Model(mlp_package)
+    handle = _create(rt, model, _options(rt, struct_size=IO_MEMORY_OPTIONS_SIZE, cuda_graphs=7,
+                                         cuda_graph_cache_size=-3))
+    rt.lib().aotpack_session_destroy(handle)
+
+
+def test_host_outputs_without_a_copy(rt, mlp_package):
+    """run(copy=False): read-only views of the session's output memory, valid until the next run."""
+    session = rt.Model(mlp_package).session()
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((5, 32)).astype(np.float32) for _ in range(2))
+    copied = session.run([x])[0]
+    (view,) = session.run([x], copy=False)
+    np.testing.assert_array_equal(view, copied)
+    assert not view.flags.writeable
+    session.run([y])
+    assert not np.array_equal(view, copied)  # overwritten by the next run, as documented
+    np.testing.assert_array_equal(view, session.run([y])[0])
+    del session  # the view keeps the session, and so its memory, alive
+    assert np.isfinite(view).all()

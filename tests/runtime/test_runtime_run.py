@@ -170,3 +170,24 @@ def test_missing_library_is_a_clear_error(rt, monkeypatch, tmp_path):
     assert info.value.code == rt.StatusCode.NOT_FOUND
     assert "cannot find the aotpack runtime library libaotpack.so" in str(info.value)
     assert "AOTPACK_RUNTIME_LIB" in str(info.value)
+
+
+def test_a_session_keeps_its_model_alive(rt, mlp_package, mlp_weights_np):
+    """Releasing a model while its sessions live is safe in C, and so in Python whatever order the garbage
+    collector finalizes them in (it segfaulted when a cycle's model went first)."""
+    import ctypes
+    import gc
+
+    x = np.random.default_rng(3).standard_normal((5, 32)).astype(np.float32)
+    model = rt.Model(mlp_package)
+    session = model.session()
+    model.close()  # aotpack_model_release: the session's own reference remains
+    del model
+    gc.collect()
+    np.testing.assert_allclose(session.run([x])[0], mlp_reference(x, mlp_weights_np), rtol=1e-5, atol=1e-6)
+    lib, handle = rt.lib(), ctypes.c_void_p()
+    rt._check(lib.aotpack_model_load(str(mlp_package).encode(), None, ctypes.byref(handle)))
+    raw = ctypes.c_void_p()
+    rt._check(lib.aotpack_session_create(handle, None, ctypes.byref(raw)))
+    lib.aotpack_model_release(handle)
+    lib.aotpack_session_destroy(raw)  # the last reference: frees the model too (ASan builds check it)

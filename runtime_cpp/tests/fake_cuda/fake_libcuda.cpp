@@ -8,7 +8,13 @@
  * of the runtime's launches, copies and checks that tests compare across versions of the runtime.
  *
  * FAKE_CUDA_FAIL_LAUNCH=<n> makes the n-th cuLaunchKernel (from 1) and FAKE_CUDA_FAIL_SYNC=<n> the n-th
- * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths.
+ * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths;
+ * FAKE_CUDA_FAIL_CAPTURE=<n> makes the n-th cuStreamBeginCapture fail with CUDA_ERROR_NOT_SUPPORTED (801).
+ *
+ * Page-locked host memory (cuMemHostAlloc) is host memory too, written h<k>+<offset> in the trace. CUDA graphs are
+ * recorded and replayed for real: between cuStreamBeginCapture and cuStreamEndCapture the stream's copies,
+ * memsets and launches are traced with a "capture: " prefix and kept as the graph's nodes instead of running;
+ * cuGraphLaunch runs the copies and memsets of its nodes (launches still do nothing) and traces one line.
  *
  * Built by runtime_cpp/CMakeLists.txt as fake_cuda/libcuda.so.1 (tests only; never installed). C in a .cpp
  * file, so the runtime's build needs no C compiler. */
@@ -23,7 +29,7 @@ extern "C" {
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
-enum { kMaxAllocations = 4096, kMaxFunctions = 4096 };
+enum { kMaxAllocations = 4096, kMaxFunctions = 4096, kMaxGraphs = 65536 };
 
 static struct {
   CUdeviceptr base;
@@ -37,6 +43,28 @@ static int g_trace_opened;
 static char g_context; /* its address is the primary context */
 static char g_module;  /* its address is every module */
 static char g_stream;  /* its address is every stream */
+static struct {
+  void* base;
+  size_t size;
+} g_pinned[kMaxAllocations];
+static int g_num_pinned;
+
+/* A graph's node: a copy or memset (run at replay) or a launch (which does nothing). */
+typedef struct {
+  int kind; /* 0 copy, 1 memset, 2 launch */
+  void* dst;
+  const void* src;
+  size_t bytes;
+  unsigned char value;
+} Node;
+typedef struct {
+  Node* nodes;
+  int num_nodes, capacity;
+  int id;
+} Graph;
+static Graph* g_capturing; /* the graph the stream records into, or NULL */
+static int g_capture_failed;
+static int g_num_graphs, g_num_execs;
 
 /* Whether this is the call the environment variable `name` asks to fail (counting calls in *count). */
 static int fails_now(const char* name, int* count) {
@@ -72,9 +100,36 @@ static const char* name_of(CUdeviceptr p, char* out, size_t size) {
       return out;
     }
   }
+  for (int i = 0; i < g_num_pinned; ++i) {
+    uintptr_t base = (uintptr_t)g_pinned[i].base;
+    if (base && p >= base && p <= base + g_pinned[i].size) {
+      snprintf(out, size, "h%d+%llu", i, p - base);
+      return out;
+    }
+  }
   snprintf(out, size, "host");
   return out;
 }
+
+/* While the stream captures, a call is traced as "capture: ..." and becomes a node; 1 when it was recorded. */
+static int record(int kind, void* dst, const void* src, size_t bytes, unsigned char value) {
+  if (!g_capturing) return 0;
+  Graph* g = g_capturing;
+  if (g->num_nodes == g->capacity) {
+    int capacity = g->capacity ? 2 * g->capacity : 64;
+    Node* nodes = (Node*)realloc(g->nodes, sizeof(Node) * (size_t)capacity);
+    if (!nodes) {
+      g_capture_failed = 1;
+      return 1;
+    }
+    g->nodes = nodes;
+    g->capacity = capacity;
+  }
+  Node n = {kind, dst, src, bytes, value};
+  g->nodes[g->num_nodes++] = n;
+  return 1;
+}
+static const char* capture_prefix(void) { return g_capturing ? "capture: " : ""; }
 
 CUresult cuInit(unsigned int flags) {
   trace("cuInit(%u)", flags);
@@ -189,29 +244,35 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, void* stream) {
   (void)stream;
   char n[64];
-  trace("cuMemcpyHtoDAsync(%s, %zu)", name_of(dst, n, sizeof(n)), bytes);
-  memcpy((void*)(uintptr_t)dst, src, bytes);
+  char h[64];
+  trace("%scuMemcpyHtoDAsync(%s, %s, %zu)", capture_prefix(), name_of(dst, n, sizeof(n)),
+        name_of((CUdeviceptr)(uintptr_t)src, h, sizeof(h)), bytes);
+  if (!record(0, (void*)(uintptr_t)dst, src, bytes, 0)) memcpy((void*)(uintptr_t)dst, src, bytes);
   return 0;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, void* stream) {
   (void)stream;
   char n[64];
-  trace("cuMemcpyDtoHAsync(%s, %zu)", name_of(src, n, sizeof(n)), bytes);
-  memcpy(dst, (const void*)(uintptr_t)src, bytes);
+  char h[64];
+  trace("%scuMemcpyDtoHAsync(%s, %s, %zu)", capture_prefix(), name_of((CUdeviceptr)(uintptr_t)dst, h, sizeof(h)),
+        name_of(src, n, sizeof(n)), bytes);
+  if (!record(0, dst, (const void*)(uintptr_t)src, bytes, 0)) memcpy(dst, (const void*)(uintptr_t)src, bytes);
   return 0;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void* stream) {
   (void)stream;
   char a[64], b[64];
-  trace("cuMemcpyDtoDAsync(%s, %s, %zu)", name_of(dst, a, sizeof(a)), name_of(src, b, sizeof(b)), bytes);
-  memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+  trace("%scuMemcpyDtoDAsync(%s, %s, %zu)", capture_prefix(), name_of(dst, a, sizeof(a)), name_of(src, b, sizeof(b)),
+        bytes);
+  if (!record(0, (void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes, 0))
+    memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
   return 0;
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, void* stream) {
   (void)stream;
   char n[64];
-  trace("cuMemsetD8Async(%s, %u, %zu)", name_of(dst, n, sizeof(n)), value, bytes);
-  memset((void*)(uintptr_t)dst, value, bytes);
+  trace("%scuMemsetD8Async(%s, %u, %zu)", capture_prefix(), name_of(dst, n, sizeof(n)), value, bytes);
+  if (!record(1, (void*)(uintptr_t)dst, NULL, bytes, value)) memset((void*)(uintptr_t)dst, value, bytes);
   return 0;
 }
 CUresult cuStreamCreate(void** stream, unsigned int flags) {
@@ -228,6 +289,7 @@ CUresult cuStreamSynchronize(void* stream) {
   static int count;
   (void)stream;
   trace("cuStreamSynchronize");
+  if (g_capturing) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
   return fails_now("FAKE_CUDA_FAIL_SYNC", &count) ? 700 : 0;
 }
 /* Device memory for pointers into an allocation of this library, unknown (all attributes left) otherwise. */
@@ -238,7 +300,17 @@ CUresult cuPointerGetAttributes(unsigned int n, int* attributes, void** data, CU
   for (int i = 0; i < g_num_allocations; ++i) {
     if (g_allocations[i].base && p >= g_allocations[i].base && p < g_allocations[i].base + g_allocations[i].size) k = i;
   }
-  if (k < 0) return 0;
+  if (k < 0) {
+    for (int i = 0; i < g_num_pinned; ++i) {
+      uintptr_t base = (uintptr_t)g_pinned[i].base;
+      if (base && p >= base && p < base + g_pinned[i].size) {
+        for (unsigned int j = 0; j < n; ++j) {
+          if (attributes[j] == 2) *(unsigned int*)data[j] = 1; /* CU_MEMORYTYPE_HOST */
+        }
+      }
+    }
+    return 0;
+  }
   for (unsigned int i = 0; i < n; ++i) {
     switch (attributes[i]) {
       case 1: *(void**)data[i] = &g_context; break;
@@ -261,9 +333,113 @@ CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int 
   char first[64];
   if (params) name_of(*(CUdeviceptr*)params[0], first, sizeof(first));
   static int count;
-  trace("cuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s)", (const char*)f, gx, gy, gz,
-        bx, by, bz, shared, params ? first : "none");
-  return fails_now("FAKE_CUDA_FAIL_LAUNCH", &count) ? 700 : 0;
+  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s)", capture_prefix(),
+        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none");
+  if (fails_now("FAKE_CUDA_FAIL_LAUNCH", &count)) {
+    if (g_capturing) g_capture_failed = 1;
+    return 700;
+  }
+  record(2, NULL, NULL, 0, 0);
+  return 0;
+}
+
+CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {
+  if (g_num_pinned == kMaxAllocations) return 2;
+  void* m = NULL;
+  if (posix_memalign(&m, 4096, bytes ? bytes : 1) != 0) return 2;
+  memset(m, 0, bytes);
+  g_pinned[g_num_pinned].base = m;
+  g_pinned[g_num_pinned].size = bytes;
+  *p = m;
+  trace("cuMemHostAlloc(%zu, %u) = h%d", bytes, flags, g_num_pinned);
+  ++g_num_pinned;
+  return 0;
+}
+CUresult cuMemFreeHost(void* p) {
+  char n[64];
+  trace("cuMemFreeHost(%s)", name_of((CUdeviceptr)(uintptr_t)p, n, sizeof(n)));
+  for (int i = 0; i < g_num_pinned; ++i) {
+    if (g_pinned[i].base == p) {
+      free(p);
+      g_pinned[i].base = NULL;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+  static int count;
+  (void)stream;
+  trace("cuStreamBeginCapture(mode %d)", mode);
+  if (fails_now("FAKE_CUDA_FAIL_CAPTURE", &count)) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  if (g_capturing) return 1;
+  if (g_num_graphs == kMaxGraphs) return 2;
+  g_capturing = (Graph*)calloc(1, sizeof(Graph));
+  if (!g_capturing) return 2;
+  g_capturing->id = g_num_graphs++;
+  g_capture_failed = 0;
+  return 0;
+}
+CUresult cuStreamEndCapture(void* stream, void** graph) {
+  (void)stream;
+  Graph* g = g_capturing;
+  g_capturing = NULL;
+  if (!g) {
+    trace("cuStreamEndCapture: not capturing");
+    return 1;
+  }
+  trace("cuStreamEndCapture = g%d (%d nodes)", g->id, g->num_nodes);
+  if (g_capture_failed) {
+    free(g->nodes);
+    free(g);
+    *graph = NULL;
+    return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+  }
+  *graph = g;
+  return 0;
+}
+/* The executable graph is a copy of the graph's nodes, numbered e<k>. */
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long flags) {
+  Graph* g = (Graph*)graph;
+  Graph* e = (Graph*)calloc(1, sizeof(Graph));
+  if (!e) return 2;
+  e->nodes = (Node*)malloc(sizeof(Node) * (size_t)(g->num_nodes ? g->num_nodes : 1));
+  if (!e->nodes) {
+    free(e);
+    return 2;
+  }
+  memcpy(e->nodes, g->nodes, sizeof(Node) * (size_t)g->num_nodes);
+  e->num_nodes = e->capacity = g->num_nodes;
+  e->id = g_num_execs++;
+  trace("cuGraphInstantiateWithFlags(g%d, %llu) = e%d", g->id, flags, e->id);
+  *exec = e;
+  return 0;
+}
+CUresult cuGraphDestroy(void* graph) {
+  Graph* g = (Graph*)graph;
+  trace("cuGraphDestroy(g%d)", g->id);
+  free(g->nodes);
+  free(g);
+  return 0;
+}
+CUresult cuGraphExecDestroy(void* exec) {
+  Graph* e = (Graph*)exec;
+  trace("cuGraphExecDestroy(e%d)", e->id);
+  free(e->nodes);
+  free(e);
+  return 0;
+}
+CUresult cuGraphLaunch(void* exec, void* stream) {
+  (void)stream;
+  Graph* e = (Graph*)exec;
+  trace("cuGraphLaunch(e%d, %d nodes)", e->id, e->num_nodes);
+  for (int i = 0; i < e->num_nodes; ++i) {
+    Node* n = &e->nodes[i];
+    if (n->kind == 0) memmove(n->dst, n->src, n->bytes);
+    if (n->kind == 1) memset(n->dst, n->value, n->bytes);
+  }
+  return 0;
 }
 
 }  /* extern "C" */

@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "timing.hpp"
+
 namespace aotpack {
 namespace cuda {
 namespace {
@@ -54,7 +56,17 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuStreamSynchronize, "cuStreamSynchronize")
   AOTPACK_RESOLVE(cuPointerGetAttributes, "cuPointerGetAttributes")
   AOTPACK_RESOLVE(cuLaunchKernel, "cuLaunchKernel")
+  AOTPACK_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc")
+  AOTPACK_RESOLVE(cuMemFreeHost, "cuMemFreeHost")
 #undef AOTPACK_RESOLVE
+  // Optional: without them a session launches its steps directly (no graph replay).
+  resolve(handle, "cuStreamBeginCapture_v2", &d->cuStreamBeginCapture);
+  resolve(handle, "cuStreamEndCapture", &d->cuStreamEndCapture);
+  resolve(handle, "cuGraphInstantiateWithFlags", &d->cuGraphInstantiateWithFlags);
+  resolve(handle, "cuGraphInstantiate_v2", &d->cuGraphInstantiate);
+  resolve(handle, "cuGraphLaunch", &d->cuGraphLaunch);
+  resolve(handle, "cuGraphExecDestroy", &d->cuGraphExecDestroy);
+  resolve(handle, "cuGraphDestroy", &d->cuGraphDestroy);
   if (missing) {
     dlclose(handle);
     return unsupported("the NVIDIA driver library libcuda.so.1 lacks ", missing, "; the driver is too old for aotpack");
@@ -73,7 +85,10 @@ Status driver(const Driver** out) {
   static std::once_flag once;
   static Driver instance;
   static Status result;
-  std::call_once(once, [] { result = load(&instance); });
+  std::call_once(once, [] {
+    PartTimer timer("cuda driver (dlopen libcuda.so.1, cuInit)");
+    result = load(&instance);
+  });
   if (!result.ok()) return result;
   *out = &instance;
   return Status();

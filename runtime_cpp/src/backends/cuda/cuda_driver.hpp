@@ -24,6 +24,9 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+using CUgraphNode = struct CUgraphNode_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
@@ -39,6 +42,9 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 // CUfunction_attribute values.
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
+// CUstreamCaptureMode: THREAD_LOCAL forbids unsafe calls (allocation, synchronisation) in the capturing thread
+// only, so other threads' sessions keep running while one captures.
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 // CUpointer_attribute values, and the CUmemorytype values CU_POINTER_ATTRIBUTE_MEMORY_TYPE reports.
 constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;           // CUcontext
 constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;       // unsigned int (CUmemorytype)
@@ -80,6 +86,22 @@ struct Driver {
   CUresult (*cuPointerGetAttributes)(unsigned int, int*, void**, CUdeviceptr);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                              unsigned int, unsigned int, CUstream, void**, void**);
+  // Page-locked host memory, for the staging buffers of host I/O (asynchronous copies at full bandwidth).
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*cuMemFreeHost)(void*);
+  // CUDA graphs: optional (null where the driver lacks one); has_graphs() says whether all are there, and
+  // sessions launch directly otherwise. One of the two instantiate forms suffices.
+  CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;                 // cuStreamBeginCapture_v2
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;  // 11.4+
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t) = nullptr;  // _v2, older
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  bool has_graphs() const {
+    return cuStreamBeginCapture && cuStreamEndCapture && (cuGraphInstantiateWithFlags || cuGraphInstantiate) &&
+           cuGraphLaunch && cuGraphExecDestroy && cuGraphDestroy;
+  }
   int version = 0;  // cuDriverGetVersion(), e.g. 12080 for CUDA 12.8
 };
 

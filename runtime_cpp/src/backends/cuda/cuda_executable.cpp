@@ -6,6 +6,7 @@
 #include "cuda_workspace.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "timing.hpp"
 
 namespace aotpack {
 
@@ -94,8 +95,11 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
                        driver_string(static_cast<int>(plan_.min_driver_version)), " or later; this driver supports CUDA ",
                        driver_string(d->version), ": update the driver");
 
+  PartTimer context_timer("cuda context (cuDevicePrimaryCtxRetain; fast where the process has one already)");
   AOTPACK_CUDA_CHECK(*d, cuDevicePrimaryCtxRetain(&dev->context, dev->device), "cuDevicePrimaryCtxRetain");
   AOTPACK_CUDA_CHECK(*d, cuCtxSetCurrent(dev->context), "cuCtxSetCurrent");
+  context_timer.stop();
+  PartTimer modules_timer("cuda modules (kernels.json, cuModuleLoadData)");
 
   // cuda/sm_<cc>/kernels.json: each kernel's cubin member and launch metadata for this architecture.
   std::string meta_member = str_cat("cuda/sm_", cc, "/kernels.json");
@@ -153,7 +157,11 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
     if (!found[i]) return data_loss(meta_member, ": no cubin for kernel ", quoted(plan_.kernels[i].name));
   }
 
-  // Weights: one allocation, each tensor at a 256-byte aligned offset, copied once.
+  if (timings_enabled()) modules_timer.stop(str_cat(dev->modules.size(), " cubins"));
+
+  // Weights: one allocation, each tensor at a 256-byte aligned offset, copied once, straight from the mapped
+  // package (the driver stages pageable memory itself).
+  PartTimer weights_timer("cuda weights upload (cuMemAlloc, cuMemcpyHtoD from the mapped file)");
   int64_t total = 0;
   dev->weight_ptrs.assign(program_->buffers.size(), 0);
   std::vector<int64_t> offsets(program_->buffers.size(), 0);
@@ -179,6 +187,7 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
       AOTPACK_RETURN_IF_ERROR(check(*d, d->cuMemcpyHtoD(dev->weight_ptrs[b], (*weight_data_)[b], n),
                                     str_cat("uploading weight buffer ", buf.id, " to ", dev->label).c_str()));
   }
+  if (timings_enabled()) weights_timer.stop(str_cat(total / 1000000.0, " MB"));
   *out = std::move(dev);
   return Status();
 }

@@ -61,6 +61,11 @@ class CudaExecutable final : public Executable {
 
   // A CUDA session's workspace on options.device_index, setting the device up first if needed.
   Status create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const override;
+  // The device set up (context, modules, weights) ahead of the first session.
+  Status prepare(int device_index) const override {
+    const CudaDevice* unused = nullptr;
+    return device(device_index, &unused);
+  }
 
   const Program& program() const { return *program_; }
   const CudaPlan& plan() const { return plan_; }

@@ -1,9 +1,12 @@
 #include "cuda_workspace.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <string>
 
 #include "dtype.hpp"
+#include "timing.hpp"
 
 namespace aotpack {
 
@@ -21,8 +24,13 @@ CudaWorkspace::~CudaWorkspace() {
   if (!device_) return;
   const Driver& d = *device_->driver;
   d.cuCtxSetCurrent(device_->context);
+  // Every run waited for the stream, so no graph is in flight.
+  for (Graph& g : graph_cache_) {
+    if (g.exec) d.cuGraphExecDestroy(g.exec);
+  }
   if (stream_) d.cuStreamDestroy(stream_);
   for (CUdeviceptr p : allocations_) d.cuMemFree(p);
+  for (void* p : pinned_) d.cuMemFreeHost(p);
 }
 
 Status CudaWorkspace::alloc(size_t bytes, CUdeviceptr* out) {
@@ -30,6 +38,17 @@ Status CudaWorkspace::alloc(size_t bytes, CUdeviceptr* out) {
   AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemAlloc(out, std::max<size_t>(bytes, kDeviceAlignment)),
                                 str_cat("cuMemAlloc(", bytes, " bytes) on ", device_->label).c_str()));
   allocations_.push_back(*out);
+  return Status();
+}
+
+Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void** out) {
+  const Driver& d = *device_->driver;
+  AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemHostAlloc(out, std::max<size_t>(bytes, kDeviceAlignment), 0),
+                                str_cat("cuMemHostAlloc(", bytes, " bytes of page-locked host memory for ", what,
+                                        ")").c_str()));
+  // Page-locked memory is resident already: no need to touch it (nothing reads it before a run writes it).
+  pinned_.push_back(*out);
+  pinned_bytes_ += bytes;
   return Status();
 }
 
@@ -53,24 +72,22 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   s->executable_ = &executable;
   s->program_ = &program;
   s->device_io_ = device_io;
-  // Host memory the outputs are copied back to, before the device is touched (as the session always did).
-  s->host_outputs_.resize(program.outputs.size());
-  for (const Buffer& b : program.buffers) {
-    if (b.kind != BufferKind::kOutput || device_io) continue;
-    std::string what = str_cat("output ", quoted(program.outputs[b.port].name));
-    AOTPACK_RETURN_IF_ERROR(allocate_host(b.max_bytes, what.c_str(), &s->host_outputs_[b.port]));
-  }
   AOTPACK_RETURN_IF_ERROR(executable.device(options.device_index, &s->device_));
   const CudaDevice& dev = *s->device_;
   const Driver& d = *dev.driver;
+  // Without the driver's graph API the steps are launched directly, as with the option off.
+  s->graphs_ = options.graphs && d.has_graphs();
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   AOTPACK_CUDA_CHECK(d, cuStreamCreate(&s->stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
-  // Device memory for the declared maxima: the arena, each output and, unless the caller's device memory
-  // is used in place, each input.
+  const auto memory_start = std::chrono::steady_clock::now();  // reported below, with what was allocated
+  // Device memory for the declared maxima: the arena, each output and each input, except that without graphs
+  // a device-I/O session reads the caller's memory in place.
   std::vector<int64_t> maxima(program.symbols.size() + 1, 0);
   for (size_t i = 0; i < program.symbols.size(); ++i) maxima[i] = program.symbols[i].max;
   s->buffer_ptrs_.assign(program.buffers.size(), 0);
+  s->host_inputs_.assign(program.inputs.size(), nullptr);
+  s->host_outputs_.assign(program.outputs.size(), nullptr);
   CUdeviceptr arena = 0;
   AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(program.arena_bytes), &arena));
   for (size_t b = 0; b < program.buffers.size(); ++b) {
@@ -80,17 +97,42 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
       case BufferKind::kArena: s->buffer_ptrs_[b] = arena + static_cast<CUdeviceptr>(buf.offset); break;
       case BufferKind::kOutput:
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(buf.max_bytes), &s->buffer_ptrs_[b]));
+        if (!device_io) {
+          AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(static_cast<size_t>(buf.max_bytes),
+                                                  str_cat("output ", quoted(program.outputs[buf.port].name)),
+                                                  &s->host_outputs_[buf.port]));
+        }
         break;
       case BufferKind::kInput: {
-        if (device_io) break;
+        if (device_io && !s->graphs_) break;
         uint64_t bytes = 0;
         AOTPACK_RETURN_IF_ERROR(s->bytes_of(buf, maxima.data(), &bytes));
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(bytes), &s->buffer_ptrs_[b]));
+        if (!device_io) {
+          AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(static_cast<size_t>(bytes),
+                                                  str_cat("input ", quoted(program.inputs[buf.port].name)),
+                                                  &s->host_inputs_[buf.port]));
+        }
         break;
       }
     }
   }
-  AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * std::max<size_t>(executable.plan().steps.size(), 1), &s->error_flags_));
+  const size_t num_flags = std::max<size_t>(executable.plan().steps.size(), 1);
+  AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * num_flags, &s->error_flags_));
+  void* flags = nullptr;
+  AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(sizeof(int32_t) * num_flags, "the error flags", &flags));
+  s->host_flags_ = static_cast<int32_t*>(flags);
+  if (timings_enabled()) {
+    const uint64_t device_bytes = static_cast<uint64_t>(program.arena_bytes);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - memory_start).count();
+    report_timing("cuda session memory (cuMemAlloc, cuMemHostAlloc)", ms,
+                  str_cat(s->allocations_.size(), " device allocations (arena ", device_bytes / 1000000.0, " MB), ",
+                          s->pinned_bytes_ / 1000000.0, " MB page-locked, graphs ", s->graphs_ ? "on" : "off"));
+  }
+  if (s->graphs_) {
+    s->graph_cache_.resize(static_cast<size_t>(std::max(options.graph_cache_size, 1)));
+    for (Graph& g : s->graph_cache_) g.symbols.assign(program.symbols.size(), 0);
+  }
   s->prepare_launches();
   *out = std::move(s);
   return Status();
@@ -99,7 +141,6 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
 // Builds each step's parameter array once, so a run only updates symbol values (and device inputs).
 void CudaWorkspace::prepare_launches() {
   const CudaPlan& plan = executable_->plan();
-  host_flags_.assign(plan.steps.size(), 0);
   launches_.resize(plan.steps.size());
   input_slots_.assign(program_->inputs.size(), {});
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -127,27 +168,42 @@ Status CudaWorkspace::bind_inputs(const void* const* inputs, const int64_t* symb
   const Driver& d = *dev.driver;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   if (device_io_) return bind_device_inputs(inputs, symbols);
-  return copy_inputs(inputs, symbols);
+  AOTPACK_RETURN_IF_ERROR(stage_host_inputs(inputs, symbols));
+  return graphs_ ? Status() : queue_input_copies(symbols);  // a graph holds its input copies
 }
 
 Status CudaWorkspace::collect_outputs(const int64_t* symbols) {
-  if (!device_io_) AOTPACK_RETURN_IF_ERROR(copy_outputs(symbols));
+  if (!graphs_) {  // a graph holds these copies
+    if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));
+    AOTPACK_RETURN_IF_ERROR(queue_flag_read());
+  }
   return finish();
 }
 
 void* CudaWorkspace::output_data(size_t index) const {
   if (device_io_) return reinterpret_cast<void*>(buffer_ptrs_[program_->outputs[index].buffer]);
-  return host_outputs_[index].get();
+  return host_outputs_[index];
 }
 
-Status CudaWorkspace::copy_inputs(const void* const* host_inputs, const int64_t* symbols) {
+// The caller's host inputs into the page-locked staging memory, from which the device copies them
+// asynchronously at full bandwidth (and which a graph can name, unlike the caller's memory).
+Status CudaWorkspace::stage_host_inputs(const void* const* host_inputs, const int64_t* symbols) {
+  for (size_t i = 0; i < program_->inputs.size(); ++i) {
+    uint64_t bytes = 0;
+    AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
+    if (bytes > 0) std::memcpy(host_inputs_[i], host_inputs[i], bytes);
+  }
+  return Status();
+}
+
+Status CudaWorkspace::queue_input_copies(const int64_t* symbols) {
   const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
     size_t b = program_->inputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyHtoDAsync(buffer_ptrs_[b], host_inputs[i], bytes, stream_);
+    CUresult r = d.cuMemcpyHtoDAsync(buffer_ptrs_[b], host_inputs_[i], bytes, stream_);
     // The message is built only on failure: building it would allocate in every run.
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying input ", quoted(program_->inputs[i].name), " to ", device_->label).c_str());
@@ -163,8 +219,22 @@ Status CudaWorkspace::bind_device_inputs(const void* const* inputs, const int64_
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
     if (bytes > 0) AOTPACK_RETURN_IF_ERROR(check_device_input(i, reinterpret_cast<CUdeviceptr>(inputs[i]), bytes));
   }
+  const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
-    for (CUdeviceptr* slot : input_slots_[i]) *slot = reinterpret_cast<CUdeviceptr>(inputs[i]);
+    const CUdeviceptr p = reinterpret_cast<CUdeviceptr>(inputs[i]);
+    if (!graphs_) {
+      for (CUdeviceptr* slot : input_slots_[i]) *slot = p;
+      continue;
+    }
+    // A graph reads the session's input buffer, never the caller's pointer of the run that recorded it.
+    const size_t b = program_->inputs[i].buffer;
+    uint64_t bytes = 0;
+    AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
+    if (bytes == 0) continue;
+    CUresult r = d.cuMemcpyDtoDAsync(buffer_ptrs_[b], p, bytes, stream_);
+    if (r != CUDA_SUCCESS)
+      return check(d, r, str_cat("copying input ", quoted(program_->inputs[i].name), " into the session's buffer on ",
+                                 device_->label).c_str());
   }
   return Status();
 }
@@ -189,6 +259,97 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 }
 
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
+  if (!graphs_) return queue_steps(symbols);
+  const Driver& d = *device_->driver;
+  ++graph_clock_;
+  Graph* g = find_graph(symbols);
+  if (!g) {
+    g = graph_to_replace();
+    if (g->exec) {  // evicted: every earlier run waited for the stream, so it is not in flight
+      CUresult r = d.cuGraphExecDestroy(g->exec);
+      g->exec = nullptr;
+      g->last_used = 0;
+      AOTPACK_RETURN_IF_ERROR(check(d, r, "cuGraphExecDestroy"));
+    }
+    bool unsupported = false;
+    Status st = capture(symbols, &g->exec, &unsupported);
+    if (unsupported) {
+      // The stream cannot capture here (the driver or its configuration refuses): this session launches
+      // directly from now on, this run included (its inputs are already where the launches read them).
+      graphs_ = false;
+      report_timing("cuda graphs off for this session, capture refused", 0, st.message());
+      if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
+      return queue_steps(symbols);
+    }
+    AOTPACK_RETURN_IF_ERROR(st);
+    std::copy(symbols, symbols + g->symbols.size(), g->symbols.begin());
+  }
+  g->last_used = graph_clock_;
+  CUresult r = d.cuGraphLaunch(g->exec, stream_);
+  if (r != CUDA_SUCCESS) return check(d, r, str_cat("cuGraphLaunch (replaying the run on ", device_->label, ")").c_str());
+  return Status();
+}
+
+CudaWorkspace::Graph* CudaWorkspace::find_graph(const int64_t* symbols) {
+  for (Graph& g : graph_cache_) {
+    if (g.last_used != 0 && std::equal(g.symbols.begin(), g.symbols.end(), symbols)) return &g;
+  }
+  return nullptr;
+}
+
+// An empty entry, else the least recently used.
+CudaWorkspace::Graph* CudaWorkspace::graph_to_replace() {
+  Graph* best = &graph_cache_[0];
+  for (Graph& g : graph_cache_) {
+    if (g.last_used < best->last_used) best = &g;
+  }
+  return best;
+}
+
+Status CudaWorkspace::queue_run(const int64_t* symbols) {
+  if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
+  AOTPACK_RETURN_IF_ERROR(queue_steps(symbols));
+  if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));
+  return queue_flag_read();
+}
+
+// Records what a run at this shape queues into a graph and instantiates it. Nothing runs while the stream
+// captures; a failure ends the capture, so the stream stays usable. *unsupported (with the reason returned) when
+// the stream would not capture work that queued fine: the caller then runs without graphs. A failed launch or
+// instantiation is the run's error.
+Status CudaWorkspace::capture(const int64_t* symbols, CUgraphExec* out, bool* unsupported) {
+  const Driver& d = *device_->driver;
+  PartTimer capture_timer("cuda graph capture");
+  CUresult began = d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (began != CUDA_SUCCESS) {
+    *unsupported = true;
+    return check(d, began, str_cat("cuStreamBeginCapture on ", device_->label).c_str());
+  }
+  Status queued = queue_run(symbols);
+  CUgraph graph = nullptr;
+  CUresult ended = d.cuStreamEndCapture(stream_, &graph);
+  if (!queued.ok()) {
+    if (graph) d.cuGraphDestroy(graph);
+    return queued;
+  }
+  if (ended != CUDA_SUCCESS || !graph) {
+    if (graph) d.cuGraphDestroy(graph);
+    *unsupported = true;
+    if (ended == CUDA_SUCCESS) return internal_error("cuStreamEndCapture returned no graph");
+    return check(d, ended, str_cat("cuStreamEndCapture on ", device_->label).c_str());
+  }
+  capture_timer.stop();
+  PartTimer instantiate_timer("cuda graph instantiate");
+  CUresult r = d.cuGraphInstantiateWithFlags ? d.cuGraphInstantiateWithFlags(out, graph, 0)
+                                             : d.cuGraphInstantiate(out, graph, nullptr, nullptr, 0);
+  // The executable graph does not need the graph it was made from.
+  d.cuGraphDestroy(graph);
+  if (r != CUDA_SUCCESS) *out = nullptr;
+  return check(d, r, str_cat("cuGraphInstantiate (a CUDA graph of ", launches_.size(), " steps on ", device_->label,
+                             ")").c_str());
+}
+
+Status CudaWorkspace::queue_steps(const int64_t* symbols) {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
@@ -217,28 +378,34 @@ Status CudaWorkspace::run_steps(const int64_t* symbols) {
   return Status();
 }
 
-Status CudaWorkspace::copy_outputs(const int64_t* symbols) {
+Status CudaWorkspace::queue_output_copies(const int64_t* symbols) {
   const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->outputs.size(); ++i) {
     size_t b = program_->outputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyDtoHAsync(host_outputs_[i].get(), buffer_ptrs_[b], bytes, stream_);
+    CUresult r = d.cuMemcpyDtoHAsync(host_outputs_[i], buffer_ptrs_[b], bytes, stream_);
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying output ", quoted(program_->outputs[i].name), " from ", device_->label).c_str());
   }
   return Status();
 }
 
-// Reads the error flags back, waits for the stream and reports the first step whose check failed.
+Status CudaWorkspace::queue_flag_read() {
+  const Driver& d = *device_->driver;
+  const size_t n = executable_->plan().steps.size();
+  if (n > 0)
+    AOTPACK_CUDA_CHECK(d, cuMemcpyDtoHAsync(host_flags_, error_flags_, sizeof(int32_t) * n, stream_),
+                       "reading the error flags");
+  return Status();
+}
+
+// Waits for the stream and reports the first step whose check failed (the flags were read back on it).
 Status CudaWorkspace::finish() {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
-  if (!plan.steps.empty())
-    AOTPACK_CUDA_CHECK(d, cuMemcpyDtoHAsync(host_flags_.data(), error_flags_, sizeof(int32_t) * plan.steps.size(), stream_),
-                       "reading the error flags");
   CUresult r = d.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model on ", dev.label).c_str());
   for (size_t i = 0; i < plan.steps.size(); ++i) {

@@ -1,17 +1,28 @@
-// A CUDA session's workspace: a stream and device memory for the declared maxima (the arena, each output and,
-// with host I/O, each input and host memory the outputs are copied back to), and each step's launch
-// parameters, all made at creation so that a run allocates nothing.
+// A CUDA session's workspace: a stream and device memory for the declared maxima (the arena, each output and
+// each input), page-locked host staging memory for host I/O, each step's launch parameters and a bounded cache
+// of CUDA graphs, one per shape, all made at creation so that a run allocates nothing (a shape's first run,
+// which records its graph, lets the driver allocate the graph).
+//
+// With graphs (the default where the driver has them), the first run at a shape (the tuple of symbol values)
+// captures everything the run queues on the stream after its inputs are in place (host-I/O input copies from
+// the staging memory, clearing the error flags, every launch, reading the flags back, host-I/O output copies)
+// into a graph; later runs at that shape replay it with one cuGraphLaunch. A graph bakes in every pointer, and
+// the arena and outputs are fixed per session, so only the inputs could move: a device-I/O input is copied
+// (cuMemcpyDtoDAsync, before the graph launch) into a session-owned buffer that the graph reads, and a host
+// input into its page-locked staging buffer. The copy costs one driver call per input and the bytes at device
+// bandwidth (token ids and masks: microseconds); updating the graph's kernel nodes instead would cost a call
+// per node that reads an input and the node handles kept per graph, and a stale pointer if one were missed.
 #ifndef AOTPACK_SRC_BACKENDS_CUDA_CUDA_WORKSPACE_HPP_
 #define AOTPACK_SRC_BACKENDS_CUDA_CUDA_WORKSPACE_HPP_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
 #include "cuda_driver.hpp"
 #include "cuda_executable.hpp"
-#include "host_memory.hpp"
 #include "program.hpp"
 #include "status.hpp"
 
@@ -30,38 +41,65 @@ class CudaWorkspace final : public Workspace {
   static Status create(const CudaExecutable& executable, const WorkspaceOptions& options,
                        std::unique_ptr<Workspace>* out);
 
+  // Whether runs replay CUDA graphs (the option, and a driver with the graph API).
+  bool graphs() const { return graphs_; }
+
   aotpack_memory_t io_memory() const override { return device_io_ ? AOTPACK_MEMORY_DEVICE : AOTPACK_MEMORY_HOST; }
-  // Device inputs are checked, then bound into the launch parameters; host inputs are copied in on the stream.
+  // Device inputs are checked, then bound into the launch parameters (or, with graphs, copied into the
+  // session's input buffers); host inputs are copied into the staging memory (and, without graphs, queued
+  // for the device).
   Status bind_inputs(const void* const* inputs, const int64_t* symbols) override;
-  // Launches every step on the session's stream.
+  // Launches every step on the session's stream, or replays the shape's graph (recording it first).
   Status run_steps(const int64_t* symbols) override;
-  // With host I/O copies the outputs back; then reads the error flags, waits for the stream and reports the
-  // first step whose check failed.
+  // Without graphs, queues the host-I/O output copies and the error flags' read-back; then waits for the
+  // stream and reports the first step whose check failed.
   Status collect_outputs(const int64_t* symbols) override;
   // A CUdeviceptr with device I/O, else host memory.
   void* output_data(size_t index) const override;
 
  private:
   CudaWorkspace() = default;
+  // A recorded run at one shape. Empty while last_used is 0.
+  struct Graph {
+    std::vector<int64_t> symbols;  // the shape, program order (sized at creation)
+    cuda::CUgraphExec exec = nullptr;
+    uint64_t last_used = 0;
+  };
+
   Status alloc(size_t bytes, cuda::CUdeviceptr* out);
+  Status alloc_pinned(size_t bytes, const std::string& what, void** out);
   Status bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const;
   void prepare_launches();
-  Status copy_inputs(const void* const* host_inputs, const int64_t* symbols);
+  Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
   Status bind_device_inputs(const void* const* inputs, const int64_t* symbols);
   Status check_device_input(size_t i, cuda::CUdeviceptr p, uint64_t bytes) const;
-  Status copy_outputs(const int64_t* symbols);
+  // What a run queues on the stream; with graphs, captured once per shape.
+  Status queue_input_copies(const int64_t* symbols);
+  Status queue_steps(const int64_t* symbols);
+  Status queue_output_copies(const int64_t* symbols);
+  Status queue_flag_read();
+  Status queue_run(const int64_t* symbols);
+  Status capture(const int64_t* symbols, cuda::CUgraphExec* out, bool* unsupported);
+  Graph* find_graph(const int64_t* symbols);
+  Graph* graph_to_replace();
   Status finish();
 
   const CudaExecutable* executable_ = nullptr;
   const Program* program_ = nullptr;
   const CudaDevice* device_ = nullptr;
   bool device_io_ = false;
-  std::vector<HostMemory> host_outputs_;        // per program output, with host I/O
+  bool graphs_ = false;
   cuda::CUstream stream_ = nullptr;
   std::vector<cuda::CUdeviceptr> allocations_;
-  std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O
+  std::vector<void*> pinned_;                   // page-locked host allocations (cuMemHostAlloc)
+  uint64_t pinned_bytes_ = 0;
+  std::vector<void*> host_inputs_;              // per program input, page-locked staging, with host I/O
+  std::vector<void*> host_outputs_;             // per program output, page-locked, with host I/O
+  std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
-  std::vector<int32_t> host_flags_;
+  int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too
+  std::vector<Graph> graph_cache_;              // capacity WorkspaceOptions::graph_cache_size
+  uint64_t graph_clock_ = 0;                    // counts runs, for least-recently-used eviction
   // Per step, the launch arguments: buffer pointers, symbol values, flag, and two null hidden scratch
   // pointers (Triton 3.3+ global scratch, 3.5+ profile scratch; extra entries are ignored by older cubins).
   struct Launch {
