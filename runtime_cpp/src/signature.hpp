@@ -36,7 +36,8 @@ constexpr size_t kMaxKeyBytes = 1u << 20;
 
 // Verifies `bundle` (the signature file's bytes; `signature_path` names it in messages) with `key` over
 // `members` (every member of the package, manifest.json included). On success *sha256_by_member holds each
-// member's hex digest, computed here, so that the manifest's digest check need not hash the members again.
+// member's hex digest, computed here (the package's own digest check, on background threads, does not use
+// them yet: a signed load hashes the members twice).
 // Errors (not prefixed with the package): NOT_FOUND/INVALID_ARGUMENT for the key, DATA_LOSS for a malformed
 // signature, a signature that does not verify with the key, or a member that differs; UNSUPPORTED for a key
 // type model-signing does not sign with or a host without libcrypto.
