@@ -99,6 +99,9 @@ class _ModelOptions(ctypes.Structure):
         ("verify_digests", ctypes.c_int32),
         ("prepare_device_type", ctypes.c_int32),
         ("prepare_device_index", ctypes.c_int32),
+        ("public_key_path", ctypes.c_char_p),
+        ("public_key_pem", ctypes.c_char_p),
+        ("signature_path", ctypes.c_char_p),
     ]
 
 
@@ -165,6 +168,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_model_input_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
         "aotpack_model_output_info": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_TensorInfo)]),
         "aotpack_model_manifest": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "aotpack_model_digest": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "aotpack_model_weights_digest": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "aotpack_model_refit": (_Status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, P(ctypes.c_void_p)]),
         "aotpack_session_options_init": (None, [P(_SessionOptions)]),
         "aotpack_session_create": (_Status, [ctypes.c_void_p, P(_SessionOptions), P(ctypes.c_void_p)]),
         "aotpack_session_destroy": (None, [ctypes.c_void_p]),
@@ -257,9 +263,14 @@ def _device(device: str) -> tuple[int, int]:
 class Model:
     """A loaded package. Immutable: share it across threads; give each thread its own Session."""
 
-    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, prepare: str | None = None):
+    def __init__(self, path: str | os.PathLike[str], verify_digests: bool = True, prepare: str | None = None, *,
+                 public_key: str | os.PathLike[str] | bytes | None = None,
+                 signature: str | os.PathLike[str] | None = None):
         """prepare: "cuda" or "cuda:N" sets the model up on that GPU (context, kernels, weights) while the load
-        checks the digests, instead of at its first session there; a failure there is the session's to report."""
+        checks the digests, instead of at its first session there; a failure there is the session's to report.
+        public_key: a trusted PEM public key (a path, or the PEM itself as bytes); the package must then
+        carry a signature by it (`aotpack sign --key`), in `signature` (default: "<path>.sig"), checked
+        before anything of the package is used (docs/registries.md)."""
         self._lib = lib()
         self._handle = ctypes.c_void_p()
         options = _ModelOptions()
@@ -267,13 +278,44 @@ class Model:
         options.verify_digests = 1 if verify_digests else 0
         if prepare is not None:
             options.prepare_device_type, options.prepare_device_index = _device(prepare)
+        if isinstance(public_key, (bytes, bytearray)):
+            if b"\0" in public_key:
+                raise AotpackError(StatusCode.INVALID_ARGUMENT, "public_key (PEM bytes) contains a NUL byte")
+            options.public_key_pem = bytes(public_key)
+        elif public_key is not None:
+            options.public_key_path = os.fsencode(public_key)
+        if signature is not None:
+            options.signature_path = os.fsencode(signature)
         _check(
             self._lib.aotpack_model_load(os.fsencode(path), ctypes.byref(options), ctypes.byref(self._handle))
         )
-        self.path = Path(path)
+        self._describe(Path(path))
+
+    def _describe(self, path: Path) -> None:
+        self.path = path
         self.inputs = self._infos(self._lib.aotpack_model_num_inputs, self._lib.aotpack_model_input_info)
         self.outputs = self._infos(self._lib.aotpack_model_num_outputs, self._lib.aotpack_model_output_info)
         self.manifest: dict[str, Any] = json.loads(self._lib.aotpack_model_manifest(self._handle).decode())
+        # The package digest, "sha256:<hex>" of manifest.json as stored (what `aotpack inspect` prints).
+        self.digest: str = self._lib.aotpack_model_digest(self._handle).decode()
+        # "sha256:<hex>" of the weights it runs: the package's weights.safetensors, or a refit's bytes.
+        self.weights_digest: str = self._lib.aotpack_model_weights_digest(self._handle).decode()
+
+    def refit(self, weights: bytes | str | os.PathLike[str]) -> Model:
+        """A new Model running this one's kernels and plan (shared, not reloaded) with other weights: the
+        safetensors bytes, or a file, holding the package's own tensors (as `aotpack refit` writes its
+        weights.safetensors: the same names, dtypes and shapes, export's `*.panels16` layouts included).
+        This model and its sessions keep their weights; sessions made from the new model run the new ones
+        (aotpack_model_refit: a run never sees a mix). CPU sessions only for now."""
+        data = weights if isinstance(weights, (bytes, bytearray, memoryview)) else Path(weights).read_bytes()
+        data = bytes(data)
+        handle = ctypes.c_void_p()
+        _check(self._lib.aotpack_model_refit(self._handle, data, len(data), ctypes.byref(handle)))
+        model = Model.__new__(Model)
+        model._lib = self._lib
+        model._handle = handle
+        model._describe(self.path)
+        return model
 
     def _infos(self, count_fn, info_fn) -> list[TensorInfo]:
         infos = []

@@ -89,6 +89,13 @@ typedef struct aotpack_model aotpack_model_t;
 /* The device type a load may prepare, in prepare_device_type: none (the default). */
 #define AOTPACK_PREPARE_NONE (-1)
 
+/* Requiring a signature (docs/registries.md): with a public key set, the package must carry an OpenSSF Model
+ * Signing signature by that key, as `aotpack sign --key` writes it, over exactly its members. It is checked
+ * when the zip directory has been read, before manifest.json is parsed, any digest thread starts, any weight
+ * is used or any kernel library is opened; a member missing, added or changed fails the load naming it
+ * (DATA_LOSS), as do a signature by another key and a malformed signature file; no signature file is
+ * NOT_FOUND. The check needs OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1, opened at run time; UNSUPPORTED,
+ * saying so, without it). The strings are borrowed for the duration of aotpack_model_load only. */
 typedef struct aotpack_model_options_t {
   uint32_t struct_size;   /* sizeof(aotpack_model_options_t); set by _init, lets the struct grow */
   int32_t verify_digests; /* 1 (default): check every member's sha256 against the manifest at load */
@@ -99,14 +106,18 @@ typedef struct aotpack_model_options_t {
                                    digests, instead of at the first session there. A failure there is not the
                                    load's: the session reports it. */
   int32_t prepare_device_index; /* default 0 */
+  const char* public_key_path; /* a trusted PEM public key file; NULL (default): no signature is required */
+  const char* public_key_pem;  /* or the PEM text itself, NUL-terminated; at most one of the two is set */
+  const char* signature_path;  /* the signature file; NULL (default): "<path>.sig", where `aotpack sign` puts it */
 } aotpack_model_options_t;
 
 AOTPACK_API void aotpack_model_options_init(aotpack_model_options_t* options);
 
-/* Maps the package at `path` (a .aotpack file), validates its structure and, unless disabled, its
- * digests, and loads its CPU kernel library. The digests are hashed on background threads while the rest of
- * the load goes on (each member is used only once its digest matched, except the weights, which are only parsed
- * by a validating reader or copied to a prepared device meanwhile); the load succeeds only when all matched. `options` may be NULL for the defaults. On success *out is a
+/* Maps the package at `path` (a .aotpack file), checks its signature first when the options give a public
+ * key, validates its structure and, unless disabled, its digests, and loads its CPU kernel library. The
+ * digests are hashed on background threads while the rest of the load goes on (each member is used only once
+ * its digest matched, except the weights, which are only parsed by a validating reader or copied to a prepared
+ * device meanwhile); the load succeeds only when all matched. `options` may be NULL for the defaults. On success *out is a
  * new model, release it with aotpack_model_release. */
 AOTPACK_API aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_options_t* options,
                                                 aotpack_model_t** out);
@@ -122,6 +133,29 @@ AOTPACK_API aotpack_status_t aotpack_model_output_info(const aotpack_model_t* mo
                                                        aotpack_tensor_info_t* out);
 /* The package's manifest.json text. Borrowed from the model. */
 AOTPACK_API const char* aotpack_model_manifest(const aotpack_model_t* model);
+/* The package digest, "sha256:<64 hex digits>" of manifest.json's bytes as stored (what `aotpack inspect`
+ * prints; docs/registries.md). Borrowed from the model, valid while it lives; "" for NULL. */
+AOTPACK_API const char* aotpack_model_digest(const aotpack_model_t* model);
+/* "sha256:<hex>" of the weights the model runs: its package's weights.safetensors (the manifest's record of it),
+ * or, for a model made by aotpack_model_refit, of the bytes given there (so equal to the weights member of the
+ * package `aotpack refit` writes from them). Borrowed from the model, valid while it lives; "" for NULL. */
+AOTPACK_API const char* aotpack_model_weights_digest(const aotpack_model_t* model);
+
+/* Swapping weights without reloading, for services that refit in place. Makes *out, a new model that runs
+ * `model`'s kernels and plan (shared with it, not reloaded) with the weights in the safetensors file held in
+ * [safetensors_bytes, +size), which are copied (borrowed for the call only). They must be the package's own
+ * tensors, as `aotpack refit` writes its weights.safetensors: the same names, dtypes and shapes, including the
+ * tensors export lays out for the kernels (e.g. `*.panels16`); otherwise INVALID_ARGUMENT lists every
+ * mismatch (DATA_LOSS for bytes that are not a safetensors file). Neither model changes: a session sees the
+ * weights of the model it was created from for its whole life, so a run never sees a mix; a service swaps
+ * by creating new sessions from *out, then destroying the old sessions and releasing the old model (in any
+ * order with *out: the shared parts live until both are released). *out reports the same manifest and
+ * package digest as `model` (the package its kernels come from) and its own aotpack_model_weights_digest.
+ * CPU sessions only for now: a CUDA session of a refitted model is UNSUPPORTED (CUDA uploads a package's
+ * weights once per model and device). Thread-safe: `model` is only read. On success release *out with
+ * aotpack_model_release. */
+AOTPACK_API aotpack_status_t aotpack_model_refit(const aotpack_model_t* model, const void* safetensors_bytes,
+                                                 size_t size, aotpack_model_t** out);
 
 /* ---- session ------------------------------------------------------------------------------------ */
 

@@ -48,7 +48,8 @@ class Model {
     options.verify_digests = verify_digests ? 1 : 0;
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }
-  // With every option (aotpack_model_options_init first).
+  // With every option (aotpack_model_options_init first): a required signature (public_key_path or
+  // public_key_pem, signature_path), a device to prepare.
   Model(const std::string& path, const aotpack_model_options_t& options) {
     check(aotpack_model_load(path.c_str(), &options, &model_));
   }
@@ -77,10 +78,22 @@ class Model {
     return info;
   }
   std::string manifest() const { return aotpack_model_manifest(model_); }
+  // The package digest, "sha256:<hex>" of manifest.json as stored.
+  std::string digest() const { return aotpack_model_digest(model_); }
+  // "sha256:<hex>" of the weights it runs (aotpack_model_weights_digest).
+  std::string weights_digest() const { return aotpack_model_weights_digest(model_); }
+  // A new model with this one's kernels and other weights (aotpack_model_refit); this one is unchanged.
+  Model refit(const void* safetensors_bytes, size_t size) const {
+    aotpack_model_t* out = nullptr;
+    check(aotpack_model_refit(model_, safetensors_bytes, size, &out));
+    return Model(out);
+  }
 
   const aotpack_model_t* get() const { return model_; }
 
  private:
+  explicit Model(aotpack_model_t* owned) : model_(owned) {}
+
   aotpack_model_t* model_ = nullptr;
 };
 

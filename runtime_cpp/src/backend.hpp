@@ -82,6 +82,18 @@ class Executable {
   // Sets up device `device_index` now (what the first workspace there would do: constants uploaded, kernels
   // loaded), so that a load can overlap it with checking the digests. Nothing for targets without such set-up.
   virtual Status prepare(int /*device_index*/) const { return Status(); }
+
+  // The same, with the weight buffers' host data taken from `weight_data` (per program buffer, aligned, as
+  // PackageParts::weight_data; borrowed, must outlive the workspace) instead of the package's: a refitted
+  // model's (aotpack_model_refit). A target that keeps the package's weights on its device says UNSUPPORTED.
+  virtual Status create_workspace_with_weights(const WorkspaceOptions& options,
+                                               const std::vector<const void*>& weight_data,
+                                               std::unique_ptr<Workspace>* out) const {
+    (void)options, (void)weight_data, (void)out;
+    return unsupported("this model's weights were swapped by aotpack_model_refit, which only CPU sessions run so "
+                       "far (this device keeps the package's weights uploaded once per model); load the package "
+                       "that `aotpack refit` writes to run the new weights here");
+  }
 };
 
 // A target kind. Constant, one per backend folder; listed in the registry.

@@ -50,6 +50,33 @@ Status tensor_info(const std::vector<aotpack_tensor_info_t>& infos, size_t index
   return Status();
 }
 
+// The signature a load requires, from the options: none without a public key.
+Status required_signature(const char* path, const aotpack_model_options_t& opts, RequiredSignature* out,
+                          bool* required) {
+  *required = false;
+  if (opts.public_key_path && opts.public_key_pem)
+    return invalid_argument("options.public_key_path and options.public_key_pem are both set; give the key one way");
+  if (!opts.public_key_path && !opts.public_key_pem) {
+    if (opts.signature_path)
+      return invalid_argument("options.signature_path is set but no public key is: a signature is checked only "
+                              "against a trusted key (set public_key_path or public_key_pem)");
+    return Status();
+  }
+  if (opts.public_key_path) {
+    out->key.where = str_cat("public key ", opts.public_key_path);
+    AOTPACK_RETURN_IF_ERROR(read_small_file(opts.public_key_path, kMaxKeyBytes, "public key file", &out->key.pem));
+  } else {
+    size_t n = strnlen(opts.public_key_pem, kMaxKeyBytes + 1);
+    if (n > kMaxKeyBytes)
+      return invalid_argument("options.public_key_pem is longer than ", kMaxKeyBytes, " bytes (not NUL-terminated?)");
+    out->key.where = "the public key given in options.public_key_pem";
+    out->key.pem.assign(opts.public_key_pem, n);
+  }
+  out->path = opts.signature_path ? std::string(opts.signature_path) : std::string(path) + ".sig";
+  *required = true;
+  return Status();
+}
+
 }  // namespace
 
 extern "C" {
@@ -82,6 +109,9 @@ aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_option
     if (!path) return invalid_argument("path is NULL");
     aotpack_model_options_t opts;
     AOTPACK_RETURN_IF_ERROR(read_options(options, &aotpack_model_options_init, "aotpack_model_options_init", &opts));
+    RequiredSignature signature;
+    bool signed_load = false;
+    AOTPACK_RETURN_IF_ERROR(required_signature(path, opts, &signature, &signed_load));
     std::unique_ptr<aotpack_model> model;
     if (opts.prepare_device_index < 0)
       return invalid_argument("prepare_device_index is ", opts.prepare_device_index, ", expected 0 or more");
@@ -89,6 +119,7 @@ aotpack_status_t aotpack_model_load(const char* path, const aotpack_model_option
     load_options.verify_digests = opts.verify_digests != 0;
     load_options.prepare_device_type = opts.prepare_device_type;
     load_options.prepare_device_index = opts.prepare_device_index;
+    load_options.signature = signed_load ? &signature : nullptr;
     AOTPACK_RETURN_IF_ERROR(aotpack_model::load(path, load_options, &model));
     *out = model.release();
     return Status();
@@ -119,6 +150,26 @@ aotpack_status_t aotpack_model_output_info(const aotpack_model_t* model, size_t 
 
 const char* aotpack_model_manifest(const aotpack_model_t* model) {
   return model ? model->manifest_text().c_str() : "";
+}
+
+const char* aotpack_model_digest(const aotpack_model_t* model) { return model ? model->digest().c_str() : ""; }
+
+const char* aotpack_model_weights_digest(const aotpack_model_t* model) {
+  return model ? model->weights_digest().c_str() : "";
+}
+
+aotpack_status_t aotpack_model_refit(const aotpack_model_t* model, const void* safetensors_bytes, size_t size,
+                                     aotpack_model_t** out) {
+  return guarded([&]() -> Status {
+    if (!out) return invalid_argument("out is NULL");
+    *out = nullptr;
+    if (!model) return invalid_argument("model is NULL");
+    if (!safetensors_bytes && size > 0) return invalid_argument("safetensors_bytes is NULL");
+    std::unique_ptr<aotpack_model> refitted;
+    AOTPACK_RETURN_IF_ERROR(aotpack_model::refit(*model, static_cast<const uint8_t*>(safetensors_bytes), size, &refitted));
+    *out = refitted.release();
+    return Status();
+  });
 }
 
 void aotpack_session_options_init(aotpack_session_options_t* options) {

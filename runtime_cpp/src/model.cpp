@@ -1,10 +1,13 @@
 #include "model.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "sha256.hpp"
 #include "timing.hpp"
 
 using namespace aotpack;
@@ -40,7 +43,7 @@ Status aotpack_model::load(const std::string& path, const LoadOptions& options, 
 // any other failure, which it would explain.
 Status aotpack_model::load_impl(const std::string& path, const LoadOptions& options) {
   PartTimer total("model load");
-  AOTPACK_RETURN_IF_ERROR(package_.open(path, options.verify_digests));
+  AOTPACK_RETURN_IF_ERROR(package_.open(path, options.verify_digests, options.signature));
   Status loaded = load_parts(options);
   Status digests = package_.wait_for_digests();
   AOTPACK_RETURN_IF_ERROR(digests);
@@ -84,7 +87,16 @@ Status aotpack_model::load_weights() {
   MemberBytes bytes;
   // Parsed before its digest is checked (the header is validated as it is read); wait_for_digests follows.
   AOTPACK_RETURN_IF_ERROR(package_.member_unverified(kWeightsMember, &bytes));
-  return safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember);
+  AOTPACK_RETURN_IF_ERROR(
+      safetensors::parse(bytes.data, bytes.size, &weights_).prefixed(std::string("member ") + kWeightsMember));
+  // The manifest's record of the member (Package::open checked it is there; the load fails unless it matches,
+  // when digests are verified).
+  const json::Value* members = package_.manifest().find("members");
+  const json::Value* entry = members ? members->find(kWeightsMember) : nullptr;
+  const json::Value* sha = entry ? entry->find("sha256") : nullptr;
+  if (!sha || !sha->is_string()) return data_loss("manifest.json \"members\" has no sha256 for ", kWeightsMember);
+  weights_digest_ = "sha256:" + sha->as_string();
+  return Status();
 }
 
 // The manifest's signature is what users and tools read; it must say what program.json does.
@@ -145,6 +157,7 @@ Status aotpack_model::check_signature() const {
 
 // Kernels may load elements with aligned instructions; a tensor the file leaves misaligned is copied.
 void aotpack_model::place_weights() {
+  const Program& program_ = root().program_;
   weight_data_.assign(program_.buffers.size(), nullptr);
   for (size_t i = 0; i < program_.buffers.size(); ++i) {
     const Buffer& b = program_.buffers[i];
@@ -195,9 +208,85 @@ Status aotpack_model::load_targets(const json::Value& program_doc) {
 }
 
 const Executable* aotpack_model::executable(size_t backend_index, Status* why) const {
-  const Target& t = targets_[backend_index];
+  const Target& t = root().targets_[backend_index];
   *why = t.why_not;
   return t.executable.get();
+}
+
+aotpack_model::~aotpack_model() {
+  if (base_) base_->release();
+}
+
+Status aotpack_model::create_workspace(const Executable& executable, const WorkspaceOptions& options,
+                                       std::unique_ptr<Workspace>* out) const {
+  if (!base_) return executable.create_workspace(options, out);
+  return executable.create_workspace_with_weights(options, weight_data_, out);
+}
+
+Status aotpack_model::refit(const aotpack_model& base_model, const uint8_t* data, size_t size,
+                            std::unique_ptr<aotpack_model>* out) {
+  const aotpack_model& base = base_model.root();
+  if (size > SIZE_MAX - 64) return invalid_argument("the new weights' size ", size, " is too large");
+  std::unique_ptr<aotpack_model> model(new aotpack_model());
+  // The copy is 64-byte aligned, so tensors the file aligns are used in place, as in a package.
+  model->refit_bytes_.reset(new uint8_t[size + 64]);
+  uint8_t* copy = model->refit_bytes_.get() + (64 - reinterpret_cast<uintptr_t>(model->refit_bytes_.get()) % 64) % 64;
+  if (size) std::memcpy(copy, data, size);
+  std::vector<safetensors::TensorView> given;
+  AOTPACK_RETURN_IF_ERROR(safetensors::parse(copy, size, &given).prefixed("the new weights"));
+  // The same names, dtypes and shapes as the package's, every difference listed (as `aotpack refit` does).
+  const std::vector<safetensors::TensorView>& expected = base.weights_;
+  auto describe = [](const safetensors::TensorView& t) {
+    std::string d = str_cat(dtype_name(t.dtype), "[");
+    for (size_t i = 0; i < t.shape.size(); ++i) d += str_cat(i ? ", " : "", t.shape[i]);
+    return d + "]";
+  };
+  auto dims = [&](const safetensors::TensorView& t) {
+    std::string d = describe(t);
+    return d.substr(d.find('['));
+  };
+  std::map<std::string, const safetensors::TensorView*> by_name_expected, by_name_given;
+  for (const auto& t : expected) by_name_expected[t.name] = &t;
+  for (const auto& t : given) by_name_given[t.name] = &t;
+  std::vector<std::string> problems;
+  for (const auto& [n, e] : by_name_expected) {
+    if (!by_name_given.count(n)) problems.push_back(str_cat(n, ": missing (expected ", describe(*e), ")"));
+  }
+  bool unknown = false, panels = false;
+  for (const auto& [n, g] : by_name_given) {
+    if (!by_name_expected.count(n)) {
+      problems.push_back(str_cat(n, ": not in the package (given ", describe(*g), ")"));
+      unknown = true;
+    }
+  }
+  for (const auto& [n, e] : by_name_expected) {
+    panels = panels || n.find(".panels") != std::string::npos;
+    auto it = by_name_given.find(n);
+    if (it == by_name_given.end()) continue;
+    const safetensors::TensorView* g = it->second;
+    if (e->dtype != g->dtype) problems.push_back(str_cat(n, ": dtype ", dtype_name(g->dtype), ", expected ", dtype_name(e->dtype)));
+    if (e->shape != g->shape) problems.push_back(str_cat(n, ": shape ", dims(*g), ", expected ", dims(*e)));
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const std::string& p : problems) list += "\n  " + p;
+    // As `aotpack refit` hints: a name the package lacks, where export laid weights out for the kernels.
+    return invalid_argument("the new weights do not fit the package: ", problems.size(),
+                            " mismatch(es) with its weights.safetensors:", list,
+                            panels && unknown ? "\n  (some package weights are laid out at export, e.g. *.panels16: "
+                                                "pass the weights.safetensors that `aotpack refit --model` writes)"
+                                              : "");
+  }
+  // parse_program bound each weight buffer to a tensor by its index in the package's weights: the refit's
+  // tensors go in the same order.
+  model->weights_.reserve(expected.size());
+  for (const auto& t : expected) model->weights_.push_back(*by_name_given[t.name]);
+  model->weights_digest_ = "sha256:" + sha256_hex(copy, size);
+  model->base_ = &base;
+  base.retain();
+  model->place_weights();
+  *out = std::move(model);
+  return Status();
 }
 
 void aotpack_model::build_infos() {

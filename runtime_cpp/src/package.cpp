@@ -1,6 +1,7 @@
 #include "package.hpp"
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,7 +19,7 @@ namespace aotpack {
 // Threads that hash members at most: the weights are one member, so more rarely help.
 constexpr unsigned kMaxDigestThreads = 8;
 
-Status Package::open(const std::string& path, bool verify_digests) {
+Status Package::open(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
   PartTimer timer("package open (map, zip directory, manifest)");
   AOTPACK_RETURN_IF_ERROR(file_.open(path));
   Status st = read_zip_directory(file_.data(), file_.size(), &members_);
@@ -28,15 +29,32 @@ Status Package::open(const std::string& path, bool verify_digests) {
       return data_loss("member ", m.name, " starts at offset ", m.offset,
                        ", not a multiple of 64 as the format requires (was the package rewritten by another zip tool?)");
   }
+  if (signature) {
+    PartTimer signature_timer("signature check (within package open)");
+    AOTPACK_RETURN_IF_ERROR(check_signature(*signature));
+  }
   MemberBytes manifest;
   if (!member_unverified(kManifestMember, &manifest).ok())
     return data_loss("no manifest.json member: this is not an aotpack package");
   manifest_text_.assign(reinterpret_cast<const char*>(manifest.data), manifest.size);
+  digest_ = "sha256:" + sha256_hex(manifest.data, manifest.size);
   AOTPACK_RETURN_IF_ERROR(json::parse(manifest_text_, &manifest_).prefixed("manifest.json"));
   AOTPACK_RETURN_IF_ERROR(JsonReader("manifest.json").expect_object(manifest_, ""));
   AOTPACK_RETURN_IF_ERROR(check_format());
   timer.stop();
   return check_members(verify_digests);
+}
+
+Status Package::check_signature(const RequiredSignature& signature) const {
+  std::string bundle;
+  AOTPACK_RETURN_IF_ERROR(read_small_file(signature.path, kMaxSignatureFileBytes, "signature file", &bundle));
+  std::vector<SignedMember> members;
+  members.reserve(members_.size());
+  for (const ZipMember& m : members_) {
+    members.push_back({m.name, file_.data() + m.offset, static_cast<size_t>(m.size)});
+  }
+  std::map<std::string, std::string> hashed;
+  return verify_package_signature(signature.key, signature.path, bundle, members, &hashed);
 }
 
 Status Package::check_format() const {

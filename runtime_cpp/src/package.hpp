@@ -11,6 +11,7 @@
 
 #include "json.hpp"
 #include "mapped_file.hpp"
+#include "signature.hpp"
 #include "status.hpp"
 #include "zip_reader.hpp"
 
@@ -21,6 +22,12 @@ constexpr int64_t kFormatVersion = 1;
 constexpr const char* kManifestMember = "manifest.json";
 constexpr const char* kProgramMember = "program.json";
 constexpr const char* kWeightsMember = "weights.safetensors";
+
+// A signature the package must carry to be opened: made by the holder of `key`, in the file `path`.
+struct RequiredSignature {
+  TrustedKey key;
+  std::string path;
+};
 
 struct MemberBytes {
   const uint8_t* data = nullptr;
@@ -41,11 +48,15 @@ class Package {
   Package(const Package&) = delete;
   Package& operator=(const Package&) = delete;
 
-  // Errors do not name the package file (the caller prefixes "package PATH").
-  Status open(const std::string& path, bool verify_digests);
+  // Errors do not name the package file (the caller prefixes "package PATH"). With `signature`, the
+  // signature is verified over the members right after the zip directory is read: before manifest.json is
+  // parsed and any digest thread starts, and so before anything of the package is used.
+  Status open(const std::string& path, bool verify_digests, const RequiredSignature* signature = nullptr);
 
   const json::Value& manifest() const { return manifest_; }
   const std::string& manifest_text() const { return manifest_text_; }
+  // The package digest, "sha256:<hex>" of manifest.json's bytes as stored (docs/registries.md).
+  const std::string& digest() const { return digest_; }
   // The bytes of member `name`, its digest checked (waiting for it): NOT_FOUND naming it when the package lacks
   // it, DATA_LOSS when its digest does not match.
   Status member(std::string_view name, MemberBytes* out) const;
@@ -59,11 +70,13 @@ class Package {
   struct Digests;  // the jobs and their threads
 
   Status check_format() const;
+  Status check_signature(const RequiredSignature& signature) const;
   Status check_members(bool verify_digests);
 
   MappedFile file_;
   std::vector<ZipMember> members_;
   std::string manifest_text_;
+  std::string digest_;
   json::Value manifest_;
   std::unique_ptr<Digests> digests_;  // null when not verifying
 };

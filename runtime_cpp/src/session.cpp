@@ -60,7 +60,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   workspace_options.graphs = options.cuda_graphs != 0;
   workspace_options.graph_cache_size = options.cuda_graph_cache_size;
   PartTimer timer("session create");
-  AOTPACK_RETURN_IF_ERROR(executable->create_workspace(workspace_options, &s->workspace_));
+  AOTPACK_RETURN_IF_ERROR(model->create_workspace(*executable, workspace_options, &s->workspace_));
   if (timings_enabled()) timer.stop(b.kind);
   *out = std::move(s);
   return Status();

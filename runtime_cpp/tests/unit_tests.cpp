@@ -12,6 +12,7 @@
 #include "json_reader.hpp"
 #include "safetensors.hpp"
 #include "sha256.hpp"
+#include "signature.hpp"
 #include "zip_reader.hpp"
 
 using namespace aotpack;
@@ -212,8 +213,31 @@ static void test_device_pointer_checks() {
   CHECK(device_memory_problem(outside, p, 4, 0, ours) == DeviceMemoryProblem::kOutsideAllocation);
 }
 
+static void test_base64_and_pae() {
+  std::string out;
+  CHECK(base64_decode("", &out) && out.empty());
+  CHECK(base64_decode("TQ==", &out) && out == "M");
+  CHECK(base64_decode("TWE=", &out) && out == "Ma");
+  CHECK(base64_decode("TWFu", &out) && out == "Man");
+  CHECK(base64_decode("TWE", &out) && out == "Ma");  // padding optional
+  CHECK(base64_decode("-_8=", &out) && out == "\xfb\xff");  // the URL-safe alphabet
+  CHECK(base64_decode("+/8=", &out) && out == "\xfb\xff");
+  CHECK(!base64_decode("T", &out));       // a length no encoding has
+  CHECK(!base64_decode("TQ=", &out));     // padding that does not complete the quad
+  CHECK(!base64_decode("TQ===", &out));
+  CHECK(!base64_decode("TR==", &out));    // stray bits in the last character
+  CHECK(!base64_decode("TW E", &out));
+  CHECK(!base64_decode("TWE=TWE=", &out));
+  CHECK(!base64_decode(std::string("TW\0u", 4), &out));
+  // DSSE's PAE, as its specification's example gives it.
+  CHECK(dsse_pae("http://example.com/HelloWorld", "hello world") ==
+        "DSSEv1 29 http://example.com/HelloWorld 11 hello world");
+  CHECK(dsse_pae("", "") == "DSSEv1 0  0 ");
+}
+
 int main() {
   test_sha256();
+  test_base64_and_pae();
   test_json();
   test_expr();
   test_zip_rejects_garbage();

@@ -3,6 +3,7 @@
 //   aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu] [--threads N]
 //                       [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]
 //                       [--no-cuda-graphs] [--timings]
+//                       [--public-key PUB.pem [--signature SIG]]
 //
 // Exit codes: 0 success, 1 a runtime error (bad package, bad inputs, failed run), 2 a usage error. Every
 // failure is one line on stderr.
@@ -31,13 +32,15 @@ namespace {
 const char kUsage[] =
     "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu|cuda[:N]]\n"
     "                   [--threads N] [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]\n"
-    "                   [--no-cuda-graphs] [--timings]\n"
+    "                   [--no-cuda-graphs] [--timings] [--public-key PUB.pem [--signature SIG]]\n"
     "\n"
     "Runs an aotpack package. Inputs come from a safetensors file keyed by input name, or are random\n"
     "(floats uniform in [-1, 1), integers in [0, 2)) with each symbol at --sym's value or its maximum.\n"
     "On CUDA, runs replay a CUDA graph per shape unless --no-cuda-graphs: the first run records it (capture)\n"
     "and the --repeat runs replay it, timed separately.\n"
-    "--timings prints where the time from start to the first result goes (AOTPACK_TIMINGS=1 does the same).\n";
+    "--timings prints where the time from start to the first result goes (AOTPACK_TIMINGS=1 does the same).\n"
+    "--public-key requires the package to be signed by that key (`aotpack sign`); the signature is read\n"
+    "from --signature, default PACKAGE.sig.\n";
 
 // A usage error (exit 2); runtime errors are aotpack::Error or RunError (exit 1).
 struct UsageError : std::runtime_error {
@@ -59,6 +62,7 @@ struct Args {
   bool timings = false;
   uint64_t seed = 0;
   std::map<std::string, int64_t> symbols;
+  std::string public_key, signature;
 };
 
 int64_t parse_int(const std::string& flag, const std::string& text) {
@@ -107,6 +111,12 @@ Args parse_args(int argc, char** argv) {
       int64_t n = parse_int("--threads", next());
       if (n < 1 || n > 1024) throw UsageError("--threads must be 1..1024");
       args.threads = static_cast<int>(n);
+    } else if (a == "--public-key") {
+      args.public_key = next();
+      if (args.public_key.empty()) throw UsageError("--public-key expects a file");
+    } else if (a == "--signature") {
+      args.signature = next();
+      if (args.signature.empty()) throw UsageError("--signature expects a file");
     } else if (a == "--no-verify") {
       args.verify = false;
     } else if (a == "--no-cuda-graphs") {
@@ -141,6 +151,8 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (args.package.empty()) throw UsageError("missing PACKAGE");
+  if (!args.signature.empty() && args.public_key.empty())
+    throw UsageError("--signature needs --public-key, the key it is checked against");
   if (!args.inputs.empty() && !args.symbols.empty())
     throw UsageError("--sym sets the sizes of generated inputs; it cannot be used with --inputs");
   return args;
@@ -368,8 +380,15 @@ int run(const Args& args) {
     model_options.prepare_device_type = AOTPACK_DEVICE_CUDA;
     model_options.prepare_device_index = args.device_index;
   }
+  if (!args.public_key.empty()) model_options.public_key_path = args.public_key.c_str();
+  if (!args.signature.empty()) model_options.signature_path = args.signature.c_str();
   aotpack::Model model(args.package, model_options);
   double load_ms = ms_since(t0);
+  std::printf("digest %s", model.digest().c_str());
+  if (!args.public_key.empty())
+    std::printf(" (signed by %s: %s)", args.public_key.c_str(),
+                (args.signature.empty() ? args.package + ".sig" : args.signature).c_str());
+  std::printf("\n");
 
   aotpack_session_options_t options;
   aotpack_session_options_init(&options);

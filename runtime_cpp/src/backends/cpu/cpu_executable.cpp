@@ -58,7 +58,13 @@ Status CpuExecutable::load(const PackageParts& parts, std::unique_ptr<Executable
 }
 
 Status CpuExecutable::create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const {
-  return CpuWorkspace::create(*this, options, out);
+  return CpuWorkspace::create(*this, options, *weight_data_, out);
+}
+
+Status CpuExecutable::create_workspace_with_weights(const WorkspaceOptions& options,
+                                                    const std::vector<const void*>& weight_data,
+                                                    std::unique_ptr<Workspace>* out) const {
+  return CpuWorkspace::create(*this, options, weight_data, out);
 }
 
 }  // namespace aotpack

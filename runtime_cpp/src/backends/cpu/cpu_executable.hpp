@@ -22,10 +22,10 @@ class CpuExecutable final : public Executable {
   static Status load(const PackageParts& parts, std::unique_ptr<Executable>* out);
 
   Status create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const override;
+  Status create_workspace_with_weights(const WorkspaceOptions& options, const std::vector<const void*>& weight_data,
+                                       std::unique_ptr<Workspace>* out) const override;
 
   const Program& program() const { return *program_; }
-  // Host data of weight buffer `buffer` (an index into program().buffers), read-only.
-  const void* weight_data(size_t buffer) const { return (*weight_data_)[buffer]; }
   aotpack_kernel_fn step_kernel(size_t step) const { return step_kernels_[step]; }
   int64_t scratch_bytes() const { return library_->scratch_bytes(); }
 

@@ -11,7 +11,7 @@ constexpr size_t kMaxKernelMessage = 4096;
 }  // namespace
 
 Status CpuWorkspace::create(const CpuExecutable& executable, const WorkspaceOptions& options,
-                            std::unique_ptr<Workspace>* out) {
+                            const std::vector<const void*>& weight_data, std::unique_ptr<Workspace>* out) {
   const Program& program = executable.program();
   std::unique_ptr<CpuWorkspace> w(new CpuWorkspace(executable));
   AOTPACK_RETURN_IF_ERROR(ThreadPool::create(options.num_threads, executable.scratch_bytes(), &w->pool_));
@@ -22,7 +22,7 @@ Status CpuWorkspace::create(const CpuExecutable& executable, const WorkspaceOpti
     const Buffer& b = program.buffers[i];
     switch (b.kind) {
       case BufferKind::kInput: break;
-      case BufferKind::kWeight: w->buffer_data_[i] = const_cast<void*>(executable.weight_data(i)); break;
+      case BufferKind::kWeight: w->buffer_data_[i] = const_cast<void*>(weight_data[i]); break;
       case BufferKind::kArena: w->buffer_data_[i] = w->arena_.get() + b.offset; break;
       case BufferKind::kOutput: {
         std::string what = str_cat("output ", quoted(program.outputs[b.port].name));

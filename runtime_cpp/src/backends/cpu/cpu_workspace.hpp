@@ -25,9 +25,10 @@ class CpuWorkspace final : public Workspace {
   CpuWorkspace(const CpuWorkspace&) = delete;
   CpuWorkspace& operator=(const CpuWorkspace&) = delete;
 
-  // `executable` is borrowed and must outlive the workspace.
+  // `executable` and `weight_data` (host data per program buffer, for the weights) are borrowed and must
+  // outlive the workspace.
   static Status create(const CpuExecutable& executable, const WorkspaceOptions& options,
-                       std::unique_ptr<Workspace>* out);
+                       const std::vector<const void*>& weight_data, std::unique_ptr<Workspace>* out);
 
   aotpack_memory_t io_memory() const override { return AOTPACK_MEMORY_HOST; }
   Status bind_inputs(const void* const* inputs, const int64_t* symbols) override;
