@@ -22,6 +22,7 @@ from . import knobs, progress
 from .build import ExportResult, build_package, check_identity
 from .errors import AotpackError
 from .exporter import (
+    CapturedProgram,
     ModelSpec,
     capture,
     load_model_file,
@@ -35,7 +36,7 @@ from .lowering.frontend.decompositions import decompositions
 from .lowering.targets import parse_targets
 from .packages import identity
 
-__all__ = ["ExportResult", "export", "export_model_file", "export_spec"]
+__all__ = ["ExportResult", "capture_spec", "export", "export_model_file", "export_spec"]
 
 
 def export(
@@ -112,6 +113,15 @@ def export_spec(spec: ModelSpec, output: Path, *, cli_ranges: Mapping[str, tuple
     """The one pipeline behind the CLI and the Python API."""
     check_identity(name, version, metadata)  # before the capture: a bad name or version fails in a moment
     targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
+    captured = capture_spec(spec, cli_ranges, dtype)
+    return build_package(captured, output, name=name, version=version, dump_stages=dump_stages, dump=dump,
+                         verify=verify, targets=targets, metadata=metadata)
+
+
+def capture_spec(spec: ModelSpec, cli_ranges: Mapping[str, tuple[int, int]] | None = None,
+                 dtype: str | None = None) -> CapturedProgram:
+    """The spec cast to `dtype`, its symbols resolved with `cli_ranges` on top, captured and decomposed as every
+    export does (`aotpack refit --model` lowers new weights through this too, so it matches the export)."""
     report = progress.current()
     if dtype is not None:
         spec = with_dtype(spec, parse_dtype(dtype))
@@ -121,8 +131,7 @@ def export_spec(spec: ModelSpec, output: Path, *, cli_ranges: Mapping[str, tuple
     captured = dataclasses.replace(captured, notes=captured.notes + plan.notes)
     for note in captured.notes:
         report.line(f"note: {note}")
-    return build_package(captured, output, name=name, version=version, dump_stages=dump_stages, dump=dump,
-                         verify=verify, targets=targets, metadata=metadata)
+    return captured
 
 
 def _dtype_name(dtype: str | torch.dtype | None) -> str | None:

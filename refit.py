@@ -42,15 +42,8 @@ def refit_package(package: str | Path, weights: str | Path, output: str | Path, 
 
 def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, torch.Tensor], where: str,
                        dtype: str | None):
-    from .exporter import (
-        capture,
-        load_model_file,
-        parse_dtype,
-        parse_dynamic_specs,
-        resolve_symbols,
-        with_dtype,
-    )
-    from .lowering.frontend.decompositions import decompositions
+    from .api import capture_spec
+    from .exporter import load_model_file, parse_dynamic_specs
     from .lowering.stages import run_stages
     from .lowering.targets import CpuTarget, CudaTarget, Targets
 
@@ -68,11 +61,9 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         raise RefitError(f"{where} does not fit the model of {model_file}: {len(problems)} mismatch(es):\n  "
                          + "\n  ".join(problems))
     spec.model.load_state_dict(tensors, strict=True)
-    if dtype is not None:  # as export --dtype: the new weights are cast as the exported ones were
-        spec = with_dtype(spec, parse_dtype(dtype))
     symbols = package.manifest["signature"]["symbols"]
-    plan = resolve_symbols(spec, parse_dynamic_specs([f"{s['name']}={s['min']}..{s['max']}" for s in symbols]))
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    # As export did, --dtype included: the new weights are cast as the exported ones were.
+    captured = capture_spec(spec, parse_dynamic_specs([f"{s['name']}={s['min']}..{s['max']}" for s in symbols]), dtype)
     cpu = next((t for t in package.manifest["targets"] if t["kind"] == "cpu"), None)
     cuda = next((t for t in package.manifest["targets"] if t["kind"] == "cuda"), None)
     targets = Targets(CpuTarget(cpu["isa"]) if cpu else None, CudaTarget(tuple(cuda["archs"])) if cuda else None)

@@ -6,21 +6,16 @@
 #include <mutex>
 #include <string>
 
+#include "dl_symbol.hpp"
+
 namespace aotpack {
 namespace crypto {
 namespace {
 
-template <typename F>
-bool resolve(void* handle, const char* name, F* out) {
-  void* p = dlsym(handle, name);
-  *out = reinterpret_cast<F>(p);
-  return p != nullptr;
-}
-
 // OpenSSL 3 renamed a few functions (the old names became macros); either spelling will do.
 template <typename F>
 bool resolve_either(void* handle, const char* name, const char* old_name, F* out) {
-  return resolve(handle, name, out) || resolve(handle, old_name, out);
+  return resolve_symbol(handle, name, out) || resolve_symbol(handle, old_name, out);
 }
 
 Status load(Library* lib) {
@@ -53,7 +48,7 @@ Status load(Library* lib) {
                        "without a public key");
   const char* missing = nullptr;
 #define AOTPACK_RESOLVE(field) \
-  if (!missing && !resolve(handle, #field, &lib->field)) missing = #field;
+  if (!missing && !resolve_symbol(handle, #field, &lib->field)) missing = #field;
 #define AOTPACK_RESOLVE_EITHER(field, name) \
   if (!missing && !resolve_either(handle, name, #field, &lib->field)) missing = name;
   AOTPACK_RESOLVE(BIO_new_mem_buf)

@@ -4,18 +4,12 @@
 
 #include <mutex>
 
+#include "dl_symbol.hpp"
 #include "timing.hpp"
 
 namespace aotpack {
 namespace cuda {
 namespace {
-
-template <typename F>
-bool resolve(void* handle, const char* name, F* out) {
-  void* p = dlsym(handle, name);
-  *out = reinterpret_cast<F>(p);
-  return p != nullptr;
-}
 
 Status load(Driver* d) {
   // RTLD_LOCAL: the driver's symbols stay out of the global namespace of the host process.
@@ -28,7 +22,7 @@ Status load(Driver* d) {
   // Versioned names, as cuda.h's macros map them (cuMemAlloc is cuMemAlloc_v2 since CUDA 3.2, ...).
   const char* missing = nullptr;
 #define AOTPACK_RESOLVE(field, symbol) \
-  if (!missing && !resolve(handle, symbol, &d->field)) missing = symbol;
+  if (!missing && !resolve_symbol(handle, symbol, &d->field)) missing = symbol;
   AOTPACK_RESOLVE(cuInit, "cuInit")
   AOTPACK_RESOLVE(cuDriverGetVersion, "cuDriverGetVersion")
   AOTPACK_RESOLVE(cuGetErrorName, "cuGetErrorName")
@@ -60,13 +54,13 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuMemFreeHost, "cuMemFreeHost")
 #undef AOTPACK_RESOLVE
   // Optional: without them a session launches its steps directly (no graph replay).
-  resolve(handle, "cuStreamBeginCapture_v2", &d->cuStreamBeginCapture);
-  resolve(handle, "cuStreamEndCapture", &d->cuStreamEndCapture);
-  resolve(handle, "cuGraphInstantiateWithFlags", &d->cuGraphInstantiateWithFlags);
-  resolve(handle, "cuGraphInstantiate_v2", &d->cuGraphInstantiate);
-  resolve(handle, "cuGraphLaunch", &d->cuGraphLaunch);
-  resolve(handle, "cuGraphExecDestroy", &d->cuGraphExecDestroy);
-  resolve(handle, "cuGraphDestroy", &d->cuGraphDestroy);
+  resolve_symbol(handle, "cuStreamBeginCapture_v2", &d->cuStreamBeginCapture);
+  resolve_symbol(handle, "cuStreamEndCapture", &d->cuStreamEndCapture);
+  resolve_symbol(handle, "cuGraphInstantiateWithFlags", &d->cuGraphInstantiateWithFlags);
+  resolve_symbol(handle, "cuGraphInstantiate_v2", &d->cuGraphInstantiate);
+  resolve_symbol(handle, "cuGraphLaunch", &d->cuGraphLaunch);
+  resolve_symbol(handle, "cuGraphExecDestroy", &d->cuGraphExecDestroy);
+  resolve_symbol(handle, "cuGraphDestroy", &d->cuGraphDestroy);
   if (missing) {
     dlclose(handle);
     return unsupported("the NVIDIA driver library libcuda.so.1 lacks ", missing, "; the driver is too old for aotpack");
