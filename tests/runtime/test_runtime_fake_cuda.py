@@ -526,3 +526,50 @@ for n in (3, 3, 5):
         assert not any("cuGraph" in c or c.startswith("capture") for c in calls_of(run)), run
         if io == "host":
             assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 2
+
+
+class Wide(nn.Module):
+    """A product whose best tiles change over 1..600 rows (lowering/ir/buckets.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 512)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_each_run_launches_the_variant_of_its_bucket(runtime_build, tmp_path, graphs):
+    """A step with kernels per bucket of its rows launches the first bucket holding the run's rows, with that
+    variant's grid; sizes above every bucket launch the step's own kernel."""
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 600)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
+                                                                             CudaTarget((90,)))).path
+    with zipfile.ZipFile(path) as z:
+        steps = json.loads(z.read("program.json"))["cuda"]["steps"]
+    (matmul,) = [s for s in steps if "variants" in s]
+    buckets = matmul["variants"]["buckets"]
+    assert matmul["variants"]["size"] == "n" and len(buckets) >= 1, matmul
+    expected = {}
+    for n in (1, 200, 600):
+        chosen = next((b for b in buckets if n <= b["upto"]), matmul)
+        expected[n] = chosen["kernel"]
+    assert len(set(expected.values())) >= 2, expected
+    trace = tmp_path / "trace.txt"
+    result = run_python(runtime_build, f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs={graphs})
+        for n in (1, 200, 600):
+            (out,) = session.run([np.ones((n, 8), np.float32)])
+            assert out.shape == (n, 512), out.shape
+        """, FAKE_CUDA_TRACE=str(trace))
+    assert result.returncode == 0, result.stderr
+    launches = [[line for line in run if "cuLaunchKernel(" in line] for run in runs_of(trace)]
+    for n, run in zip((1, 200, 600), launches):
+        assert any(f"cuLaunchKernel({expected[n]}," in line for line in run), (n, expected[n], run)
