@@ -67,6 +67,42 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> i
     return int(bound.upper)
 
 
+def fold_div_mod(expr: Expr) -> Expr:
+    """`expr` with each pair c*q*(x // q) + c*(x % q) folded into c*x (for nonnegative x, as indices are):
+    what a reshape that splits a dimension and one that merges it back leave in an offset."""
+    from torch.utils._sympy import functions as tf
+
+    terms = list(sympy.Add.make_args(sympy.expand(expr)))
+    changed = True
+    while changed:
+        changed = False
+        for t in terms:
+            coeff, div = _factor_of(t, tf.FloorDiv)
+            if div is None:
+                continue
+            x, q = div.args
+            for u in terms:
+                if u is t:
+                    continue
+                c2, mod = _factor_of(u, (tf.Mod, tf.PythonMod, sympy.Mod))
+                if mod is not None and mod.args == (x, q) and sympy.expand(coeff - c2 * q) == 0:
+                    terms = [v for v in terms if v is not t and v is not u] + [sympy.expand(c2 * x)]
+                    changed = True
+                    break
+            if changed:
+                break
+    return sympy.expand(sympy.Add(*terms))
+
+
+def _factor_of(term: Expr, kinds) -> tuple[Expr, Expr | None]:
+    """(the rest, the factor) when `term` is a product with exactly one factor of `kinds`."""
+    factors = sympy.Mul.make_args(term)
+    found = [f for f in factors if isinstance(f, kinds)]
+    if len(found) != 1:
+        return term, None
+    return sympy.Mul(*[f for f in factors if f is not found[0]]), found[0]
+
+
 def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
     """The smallest value `expr` takes over the symbols' declared ranges."""
     expr = sympy.sympify(expr)
