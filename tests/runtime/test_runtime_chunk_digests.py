@@ -91,13 +91,13 @@ def edit_weights_record(edit):
     "edit, message",
     [
         (lambda e: e["chunk_sha256"].pop(),
-         "manifest.json: members.weights.safetensors.chunk_sha256: has {n_minus_1} digests, but {size} bytes make {n} "
-         "chunks of 1024 (the file is corrupt or was modified); re-export it"),
-        (lambda e: e.update(chunk_size=0), "manifest.json: members.weights.safetensors.chunk_size: expected a positive "
-                                           "integer"),
+         ("manifest.json: members.weights.safetensors.chunk_sha256: has {n_minus_1} digests, but {size} bytes make "
+          "{n} chunks of 1024 (the file is corrupt or was modified); re-export it")),
+        (lambda e: e.update(chunk_size=0),
+         "manifest.json: members.weights.safetensors.chunk_size: expected a positive integer"),
         (lambda e: e.pop("chunk_size"), "manifest.json: members.weights.safetensors: missing field \"chunk_size\""),
-        (lambda e: e["chunk_sha256"].__setitem__(1, 7), "manifest.json: members.weights.safetensors.chunk_sha256[1]: "
-                                                        "expected a sha256 digest (a string)"),
+        (lambda e: e["chunk_sha256"].__setitem__(1, 7),
+         "manifest.json: members.weights.safetensors.chunk_sha256[1]: expected a sha256 digest (a string)"),
     ],
     ids=["count", "zero_size", "no_size", "not_a_string"],
 )

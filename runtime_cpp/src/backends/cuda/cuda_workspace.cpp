@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "dtype.hpp"
@@ -35,6 +36,7 @@ CudaWorkspace::~CudaWorkspace() {
       if (staging.data) d.cuMemFreeHost(staging.data);
     }
   }
+  for (void* p : retired_staging_) d.cuMemFreeHost(p);
   if (host_flags_) d.cuMemFreeHost(host_flags_);
 }
 
@@ -56,8 +58,9 @@ Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void**
 }
 
 // Makes `staging` hold at least `bytes`: at least twice what it held, at most its maximum (so a range of shapes
-// reallocates it a few times at most). The new memory is allocated before the old is freed, so a failure leaves
-// the session as it was.
+// reallocates it a few times at most). The old memory is kept until the session goes: an output of the last run
+// may still be read there (a Python copy=False view, which keeps the session alive, outlives the next run), and
+// doubling bounds what is kept to less than the final size. A failure leaves the session as it was.
 Status CudaWorkspace::grow_staging(Staging* staging, uint64_t bytes, const std::string& what, bool* grown) {
   if (bytes <= staging->capacity) return Status();
   if (bytes > staging->max)  // the run's symbols were checked against their ranges
@@ -66,8 +69,14 @@ Status CudaWorkspace::grow_staging(Staging* staging, uint64_t bytes, const std::
   const uint64_t capacity = std::min(staging->max, std::max(bytes, 2 * staging->capacity));
   void* data = nullptr;
   AOTPACK_RETURN_IF_ERROR(alloc_pinned(static_cast<size_t>(capacity), what, &data));
-  // Every earlier run waited for the stream, so no copy reads the old memory.
-  if (staging->data) device_->driver->cuMemFreeHost(staging->data);
+  if (staging->data) {
+    try {
+      retired_staging_.push_back(staging->data);
+    } catch (const std::bad_alloc&) {
+      device_->driver->cuMemFreeHost(data);
+      return resource_exhausted("out of host memory growing the page-locked staging memory for ", what);
+    }
+  }
   staging->data = data;
   staging->capacity = capacity;
   *grown = true;

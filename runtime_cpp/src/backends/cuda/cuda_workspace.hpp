@@ -4,8 +4,9 @@
 // graph). The exception is host I/O's page-locked staging memory: page-locking costs about as much per byte as a
 // copy at pageable speed, and the declared maxima can be hundreds of MB (GPT-2's logits at 2048 tokens: 206 MB),
 // so it is allocated by the first host-I/O run, for that run's sizes, and grown when a larger shape comes (at
-// least doubling, at most to the maxima); a device-I/O session never has any. Growing it drops the cached graphs,
-// which name the old buffers; a run at the maxima first makes every later run allocation-free.
+// least doubling, at most to the maxima; the outgrown memory, less than the final size in all, is freed with the
+// session); a device-I/O session never has any. Growing it drops the cached graphs, which name the old buffers;
+// a run at the maxima first makes every later run allocation-free.
 //
 // With graphs (the default where the driver has them), the first run at a shape (the tuple of symbol values)
 // captures everything the run queues on the stream after its inputs are in place (host-I/O input copies from
@@ -107,6 +108,7 @@ class CudaWorkspace final : public Workspace {
   std::vector<cuda::CUdeviceptr> allocations_;
   std::vector<Staging> host_inputs_;           // per program input, with host I/O
   std::vector<Staging> host_outputs_;          // per program output, with host I/O
+  std::vector<void*> retired_staging_;          // outgrown staging memory, freed with the session (grow_staging)
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
   int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too
