@@ -227,17 +227,19 @@ Status Package::wait_for_digests() const {
     if (first.ok() && !st.ok()) first = st;
   }
   if (timings_enabled()) {
+    const auto wait_end = std::chrono::steady_clock::now();
     const Digests& d = *digests_;
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-    size_t chunked = 0;
+    size_t chunked = 0, largest_job = 0;
     for (const Digests::Member& m : d.members) chunked += m.chunk_size > 0 ? 1 : 0;
+    for (const Digests::Job& j : d.jobs) largest_job = std::max(largest_job, j.bytes.size);
     report_timing("digests", ms(d.start, d.end),
                   str_cat(d.members.size(), " members (", chunked, " in chunks) in ", d.jobs.size(), " jobs, ",
                           d.total / 1000000.0, " MB (", d.total / 1000.0 / std::max(ms(d.start, d.end), 1e-3),
                           " MB/s), the largest ", d.largest / 1000000.0, " MB, ", d.num_threads,
-                          " threads and the loading thread, sha256 ", sha256_best_implementation(),
+                          " threads and the loading thread, sha256 ", sha256_implementation(largest_job),
                           "; overlapped with the rest of the load"));
-    report_timing("waiting for the digests", ms(wait_start, std::chrono::steady_clock::now()),
+    report_timing("waiting for the digests", ms(wait_start, wait_end),
                   "what the digests added to the load after the rest of it (the loading thread hashing too)");
   }
   return first;

@@ -154,9 +154,9 @@ bool sha256_accelerated() {
 #endif
 }
 
-std::string sha256_best_implementation() {
+std::string sha256_implementation(size_t size) {
   const crypto::Library* lib = nullptr;
-  if (crypto::library(&lib).ok()) return str_cat("OpenSSL (", lib->soname, ")");
+  if (size >= kLibcryptoMinBytes && crypto::library(&lib).ok()) return str_cat("OpenSSL (", lib->soname, ")");
   return sha256_accelerated() ? "built in, with the x86 SHA extensions" : "built in, portable (no SHA extensions)";
 }
 

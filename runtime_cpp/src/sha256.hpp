@@ -29,9 +29,9 @@ std::string sha256_hex(const uint8_t* data, size_t size, Sha256Impl impl = Sha25
 // Whether kBuiltIn uses the x86 SHA extensions on this CPU.
 bool sha256_accelerated();
 
-// What kBest uses for large inputs, for timing lines: "OpenSSL (libcrypto.so.3)", or the built-in one with or
-// without the SHA extensions. Opens libcrypto if it was not open yet.
-std::string sha256_best_implementation();
+// What kBest uses for an input of `size` bytes, for timing lines: "OpenSSL (libcrypto.so.3)", or the built-in one
+// with or without the SHA extensions. For a large size, opens libcrypto if it was not open yet.
+std::string sha256_implementation(size_t size);
 
 }  // namespace aotpack
 
