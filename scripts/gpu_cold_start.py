@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 MODEL = "gpt2"
+TARGET_IN_PROCESS_MS, TARGET_FRESH_MS = 200, 400  # issue 11, requirement 3
 VARIANTS = {
     "staged": {},
     "pageable": {"AOTPACK_CUDA_WEIGHT_UPLOAD": "pageable"},
@@ -118,15 +119,20 @@ def summarize(results: dict) -> str:
                 if not runs:
                     continue
                 totals = [x["open_to_first_result_ms"] for x in runs]
-                lines.append(f"in process, {kind}: open to first result, median {statistics.median(totals):.1f} ms "
-                             f"(each: {totals})")
+                median = statistics.median(totals)
+                verdict = "meets" if median <= TARGET_IN_PROCESS_MS else "misses"
+                lines.append(f"in process, {kind}: open to first result, median {median:.1f} ms, {verdict} the "
+                             f"{TARGET_IN_PROCESS_MS} ms target (each: {totals})")
                 lines += [f"    {ms:8.1f} ms  {part}" for part, ms in median_parts(runs).items()]
         fresh = r["fresh_process"]
         if fresh and "error" in fresh[0]:
             lines.append(f"fresh process: {fresh[0]['error']}")
         elif fresh:
             walls = [x["process_wall_ms"] for x in fresh]
-            lines.append(f"fresh aotpack-run process: wall, median {statistics.median(walls):.1f} ms (each: {walls})")
+            median = statistics.median(walls)
+            verdict = "meets" if median <= TARGET_FRESH_MS else "misses"
+            lines.append(f"fresh aotpack-run process: wall, median {median:.1f} ms, {verdict} the {TARGET_FRESH_MS} ms "
+                         f"target (each: {walls})")
             lines += [f"    {ms:8.1f} ms  {part}" for part, ms in median_parts(fresh).items()]
     return "\n".join(lines)
 
