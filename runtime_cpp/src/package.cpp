@@ -17,7 +17,7 @@
 namespace aotpack {
 
 // Threads that hash members at most (besides the loading thread, which joins them when it waits): 250 MB of
-// weights in 16 MiB chunks keep eight busy, and more would compete with the weight upload for memory bandwidth.
+// weights in 16 MiB chunks give eight two chunks each, and the weight upload, which runs meanwhile, needs a core.
 constexpr unsigned kMaxDigestThreads = 8;
 
 Status Package::open(const std::string& path, bool verify_digests, const RequiredSignature* signature) {

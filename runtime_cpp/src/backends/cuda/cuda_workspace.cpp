@@ -62,7 +62,7 @@ Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void**
 // may still be read there (a Python copy=False view, which keeps the session alive, outlives the next run), and
 // doubling bounds what is kept to less than the final size. A failure leaves the session as it was.
 Status CudaWorkspace::grow_staging(Staging* staging, uint64_t bytes, const std::string& what, bool* grown) {
-  if (bytes <= staging->capacity) return Status();
+  if (bytes <= staging->capacity && staging->data) return Status();  // (an empty tensor gets memory too)
   if (bytes > staging->max)  // the run's symbols were checked against their ranges
     return internal_error(what, ": ", bytes, " bytes at this shape, more than the ", staging->max,
                           " at the declared maxima");
@@ -91,14 +91,14 @@ Status CudaWorkspace::grow_host_staging(const int64_t* symbols) {
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
-    if (bytes > host_inputs_[i].capacity)  // the name is built only when it is needed
+    if (bytes > host_inputs_[i].capacity || !host_inputs_[i].data)  // the name is built only when it is needed
       AOTPACK_RETURN_IF_ERROR(
           grow_staging(&host_inputs_[i], bytes, str_cat("input ", quoted(program_->inputs[i].name)), &grown));
   }
   for (size_t i = 0; i < program_->outputs.size(); ++i) {
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->outputs[i].buffer], symbols, &bytes));
-    if (bytes > host_outputs_[i].capacity)
+    if (bytes > host_outputs_[i].capacity || !host_outputs_[i].data)
       AOTPACK_RETURN_IF_ERROR(
           grow_staging(&host_outputs_[i], bytes, str_cat("output ", quoted(program_->outputs[i].name)), &grown));
   }
