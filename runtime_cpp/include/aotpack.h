@@ -201,8 +201,10 @@ typedef enum aotpack_memory_t {
  * reported. A graph reads session-owned input memory: device-I/O inputs are copied into it on the session's
  * stream before the replay (one device copy per input), host-I/O inputs staged in page-locked memory.
  *
- * Host I/O goes through page-locked (pinned) memory the session owns, sized for the declared maxima: the
- * copies run asynchronously at full bandwidth, and aotpack_session_output points into that memory.
+ * Host I/O goes through page-locked (pinned) memory the session owns: the copies run asynchronously at full
+ * bandwidth, and aotpack_session_output points into that memory. The first host-I/O run allocates it for its
+ * sizes and a run at a larger shape grows it (at least doubling, at most to the declared maxima), so those runs
+ * allocate; a run at the maxima first makes every later run allocation-free. Device I/O needs none.
  *
  * On AOTPACK_DEVICE_CPU the device's memory is host memory: AOTPACK_MEMORY_DEVICE is accepted and means
  * AOTPACK_MEMORY_HOST, which is what aotpack_session_io_memory reports. */
