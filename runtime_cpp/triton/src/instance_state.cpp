@@ -73,6 +73,8 @@ TRITONSERVER_Error* InstanceState::Create(TRITONBACKEND_ModelInstance* instance,
                                                                         : std::string(" (CPU)")) + ": ";
   AOTPACK_TRITON_RETURN_IF_ERROR(FromStatus(aotpack_session_create(model->model(), &options, &state->session_), where));
   state->staging_.resize(model->signature().inputs.size());
+  Log(TRITONSERVER_LOG_INFO, where + "a session of model " + model->name() +
+                                 (model->batching() ? ", batching on " + model->signature().batch.name : ""));
   *out = state.release();
   return nullptr;
 }
@@ -221,6 +223,8 @@ void InstanceState::RunGroup(const std::vector<Pending*>& group) {
   }
   // The merged run failed: run each request alone, so that only the requests the runtime refuses fail and
   // each failure carries the runtime's message about that request.
+  Log(TRITONSERVER_LOG_WARN, "instance " + name_ + ": a merged run of " + std::to_string(group.size()) +
+                                 " requests failed (" + TRITONSERVER_ErrorMessage(error) + "); running them one by one");
   TRITONSERVER_ErrorDelete(error);
   for (Pending* p : group) RunGroup({p});
 }
