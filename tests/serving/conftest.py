@@ -33,10 +33,12 @@ def tritonserver_binary():
 
 @pytest.fixture(scope="session")
 def serving_packages(tmp_path_factory, runtime_build) -> dict[str, Path]:
-    """mlp (batch 1..64), block (the transformer block, batch 1..16 and seq 1..64), bag (embeddings, batch 1..32)."""
+    """mlp (batch 1..64), block (the transformer block, batch 1..16 and seq 1..64), bag (embeddings, batch 1..32),
+    seq (examples/transformer_block as it is: batch 2, seq 1..256, so no batch symbol)."""
     out = tmp_path_factory.mktemp("serving_packages")
     sources = {"mlp": (REPO / "examples" / "mlp" / "model.py", ["--dynamic", "batch=1..64"]),
-               "block": (MODELS / "batched_block.py", []), "bag": (MODELS / "embedding_bag.py", [])}
+               "block": (MODELS / "batched_block.py", []), "bag": (MODELS / "embedding_bag.py", []),
+               "seq": (REPO / "examples" / "transformer_block" / "model.py", [])}
     packages = {}
     for name, (model, extra) in sources.items():
         packages[name] = out / f"{name}.aotpack"

@@ -40,6 +40,9 @@ def repository(tmp_path_factory, serving_packages) -> Path:
     (repo / "mlp_auto" / "1").mkdir(parents=True)
     shutil.copyfile(serving_packages["mlp"], repo / "mlp_auto" / "1" / "model.aotpack")
     (repo / "mlp_auto" / "config.pbtxt").write_text('backend: "aotpack"\ninstance_group [ { kind: KIND_CPU } ]\n')
+    (repo / "seq_auto" / "1").mkdir(parents=True)
+    shutil.copyfile(serving_packages["seq"], repo / "seq_auto" / "1" / "model.aotpack")
+    (repo / "seq_auto" / "config.pbtxt").write_text('backend: "aotpack"\ninstance_group [ { kind: KIND_CPU } ]\n')
     # A configuration that contradicts the package.
     shutil.copytree(repo / "mlp", repo / "mlp_bad")
     text = (repo / "mlp_bad" / "config.pbtxt").read_text().replace('name: "mlp"', 'name: "mlp_bad"')
@@ -136,6 +139,19 @@ def test_the_backend_fills_in_a_configuration_that_leaves_the_tensors_out(server
     assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [("input", "TYPE_FP32", [32])]
     assert [(t["name"], t["data_type"], t["dims"]) for t in config["output"]] == [("output", "TYPE_FP32", [10])]
     client.unload_model("mlp_auto")
+
+
+def test_a_package_without_a_batch_symbol_is_filled_in_without_batching(server, runtime_outputs):
+    client = _http(server)
+    client.load_model("seq_auto")
+    config = client.get_model_config("seq_auto")
+    assert config["max_batch_size"] == 0  # seq is dim 1; dim 0 is the fixed 2
+    assert [(t["name"], t["dims"]) for t in config["input"]] == [("x", [2, -1, 64])]
+    assert [(t["name"], t["dims"]) for t in config["output"]] == [("output", [2, -1, 64])]
+    x = RNG.standard_normal((2, 100, 64)).astype(np.float32)
+    (served,) = _infer(client, "http", "seq_auto", {"x": x})
+    np.testing.assert_array_equal(served, runtime_outputs("seq", x)[0])
+    client.unload_model("seq_auto")
 
 
 def test_a_configuration_that_contradicts_the_package_does_not_load(server):
