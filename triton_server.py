@@ -98,8 +98,83 @@ class TritonServer:
         if getattr(self, "_log_file", None):
             self._log_file.close()
 
-    def __enter__(self) -> TritonServer:
+    def __enter__(self) -> TritonServer:  # noqa: PYI034 (Self needs Python 3.11 or typing_extensions)
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# KServe v2 datatype names of the numpy dtypes aotpack signatures use.
+_V2_DATATYPES = {"float32": "FP32", "float64": "FP64", "float16": "FP16", "int64": "INT64", "int32": "INT32",
+                 "int16": "INT16", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL"}
+
+
+class HttpClient:
+    """A minimal client of Triton's HTTP/REST protocol (KServe v2 with the binary tensor extension) on one
+    keep-alive connection, from the standard library only, so that the GPU test and benchmark run where
+    tritonclient is not installed (a machine without network). One thread at a time: make one per thread."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0):
+        import http.client
+
+        host, port = url.split(":")
+        self._connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+
+    def _request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None):
+        self._connection.request(method, path, body=body, headers=headers or {})
+        response = self._connection.getresponse()
+        return response, response.read()
+
+    def _json(self, method: str, path: str) -> dict:
+        import json
+
+        response, data = self._request(method, path)
+        if response.status != 200:
+            raise AotpackError(f"{method} {path}: HTTP {response.status}: {data.decode(errors='replace')}")
+        return json.loads(data) if data else {}
+
+    def load(self, model: str) -> None:
+        self._json("POST", f"/v2/repository/models/{model}/load")
+
+    def unload(self, model: str) -> None:
+        self._json("POST", f"/v2/repository/models/{model}/unload")
+
+    def ready(self, model: str) -> bool:
+        response, _ = self._request("GET", f"/v2/models/{model}/ready")
+        return response.status == 200
+
+    def config(self, model: str) -> dict:
+        return self._json("GET", f"/v2/models/{model}/config")
+
+    def statistics(self, model: str) -> dict:
+        return self._json("GET", f"/v2/models/{model}/stats")["model_stats"][0]
+
+    def infer(self, model: str, inputs: dict, outputs: tuple[str, ...]) -> dict:
+        """Runs `model` on {name: numpy array}; returns {name: numpy array} for `outputs`. A refused request
+        raises AotpackError with the server's message."""
+        import json
+
+        import numpy as np
+
+        header = {"inputs": [{"name": n, "shape": list(a.shape), "datatype": _V2_DATATYPES[a.dtype.name],
+                              "parameters": {"binary_data_size": a.nbytes}} for n, a in inputs.items()],
+                  "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in outputs]}
+        head = json.dumps(header).encode()
+        body = head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values())
+        response, data = self._request("POST", f"/v2/models/{model}/infer", body, {
+            "Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"})
+        if response.status != 200:
+            raise AotpackError(f"{model}: HTTP {response.status}: {data.decode(errors='replace')}")
+        json_length = int(response.getheader("Inference-Header-Content-Length", len(data)))
+        result = json.loads(data[:json_length])
+        by_type = {v: k for k, v in _V2_DATATYPES.items()}
+        arrays, offset = {}, json_length
+        for out in result["outputs"]:
+            size = out["parameters"]["binary_data_size"]
+            arrays[out["name"]] = np.frombuffer(data[offset:offset + size], dtype=by_type[out["datatype"]]).reshape(out["shape"])
+            offset += size
+        return arrays
+
+    def close(self) -> None:
+        self._connection.close()

@@ -3,21 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-AOTPACK = [sys.executable, "-m", "aotpack.cli"]
-MODELS = Path(__file__).resolve().parent / "models"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([*AOTPACK, *args], capture_output=True, text=True, cwd=REPO, check=False)
-    assert result.returncode == 0, result.stderr
-    return result
+from .helpers import MODELS, REPO, cli
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli
+
+from .helpers import cli
 
 RNG = np.random.default_rng(15)
 
@@ -286,3 +287,20 @@ def test_twenty_load_unload_cycles_do_not_grow_memory(server, runtime_outputs):
     grown = server.rss_bytes() - warm
     print(f"tritonserver RSS after 5 cycles {warm / 2**20:.1f} MiB, after 20 {(warm + grown) / 2**20:.1f} MiB")
     assert grown < 4 * 2**20, f"tritonserver grew by {grown / 2**20:.1f} MiB over 15 load/unload cycles"
+
+
+def test_the_standard_library_client_agrees_with_tritonclient(server, runtime_outputs):
+    """aotpack.triton_server.HttpClient (binary tensors over HTTP) is what the GPU test and the benchmark use
+    where tritonclient is not installed; here it is checked against the runtime and the server's refusals."""
+    from aotpack.errors import AotpackError
+    from aotpack.triton_server import HttpClient
+
+    client = HttpClient(server.http_url)
+    x = RNG.standard_normal((4, 9, 64)).astype(np.float32)
+    served = client.infer("block", {"x": x}, ("output",))["output"]
+    np.testing.assert_array_equal(served, runtime_outputs("block", x)[0])
+    assert client.config("block")["max_batch_size"] == 16 and client.ready("block")
+    with pytest.raises(AotpackError, match=r"HTTP 400: .*dim 1 \(seq\) = 65 is outside the declared range 1..64"):
+        client.infer("block", {"x": np.ones((1, 65, 64), np.float32)}, ("output",))
+    assert int(client.statistics("block")["inference_count"]) > 0
+    client.close()
