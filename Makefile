@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO := build/demo
 
-.PHONY: setup runtime registry-tools triton-server demo test coverage clean gpu-check
+.PHONY: setup runtime registry-tools triton-server triton-server-bundle demo test coverage clean gpu-check
 
 setup: $(VENV)/.installed runtime
 
@@ -46,10 +46,20 @@ PYTRITON_SPEC ?= nvidia-pytriton==0.7.0
 TRITON_HOME ?= $(HOME)/.cache/aotpack/tritonserver-pytriton-0.7.0
 triton-server: $(TRITON_HOME)/.installed
 $(TRITON_HOME)/.installed:
-	$(BIN)/pip install --quiet --no-deps --target $(TRITON_HOME) "$(PYTRITON_SPEC)"
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(TRITON_HOME) "$(PYTRITON_SPEC)"
 	! ldd $(TRITON_HOME)/pytriton/tritonserver/bin/tritonserver | grep "not found" || \
 		{ echo "tritonserver from $(PYTRITON_SPEC) misses the libraries above on this machine" >&2; exit 1; }
 	touch $@
+
+# The server and only the libraries it loads (about 26 MB, xz), to carry to a machine without network (the GPU
+# machine: docs/serving.md). There: mkdir -p DIR && tar -xJf tritonserver-bundle.tar.xz -C DIR; TRITON_HOME=DIR.
+TRITON_BUNDLE := build/tritonserver-bundle.tar.xz
+triton-server-bundle: $(TRITON_BUNDLE)
+$(TRITON_BUNDLE): $(TRITON_HOME)/.installed
+	mkdir -p build
+	cd $(TRITON_HOME) && tar -cf - pytriton/tritonserver/bin/tritonserver \
+		$$(ldd pytriton/tritonserver/bin/tritonserver | grep -o 'nvidia_pytriton.libs/[^ ]*' | sort -u) \
+		| xz -6 -T2 > $(CURDIR)/$@
 
 test: setup registry-tools triton-server
 	$(BIN)/python -m pytest -q

@@ -115,12 +115,14 @@ def refit(package: str, weights: str, output: str, model_file: str | None, dtype
               help="triton: let the server gather requests into one execution (needs a batch symbol).")
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=100, show_default=True,
               help="triton: how long the dynamic batcher may hold a request, in microseconds.")
+@click.option("--threads", type=click.IntRange(1, 1024),
+              help="triton: CPU threads of each instance's session (default 1).")
 @click.option("--no-batching", is_flag=True,
               help="triton: max_batch_size 0 and every dim in dims, even with a batch symbol (rows that are not "
                    "independent).")
 def publish(package: str, format_name: str, out: str, model_version: int, tag: str | None, instance_kind: str | None,
             instance_count: int, gpus: str | None, dynamic_batching: bool, max_queue_delay_us: int,
-            no_batching: bool) -> None:
+            threads: int | None, no_batching: bool) -> None:
     """Lay PACKAGE out where a registry or server expects it, in folder OUT."""
     from .packages.reader import read_package
     from .publish import publish as publish_package
@@ -133,7 +135,7 @@ def publish(package: str, format_name: str, out: str, model_version: int, tag: s
             raise click.BadParameter(f"{gpus!r}: expected GPU ids such as 0,1", param_hint="--gpus") from None
         options.update(model_version=model_version, batching=not no_batching, instance_kind=instance_kind,
                        instance_count=instance_count, gpus=gpu_ids, dynamic_batching=dynamic_batching,
-                       max_queue_delay_us=max_queue_delay_us)
+                       max_queue_delay_us=max_queue_delay_us, threads=threads)
     elif format_name == "oci" and tag:
         options["tag"] = tag
     publish_package(package, format_name, out, **options)

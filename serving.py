@@ -16,9 +16,10 @@ BACKEND_LIBRARY = "libtriton_aotpack.so"
 
 
 def _candidates() -> list[Path]:
-    repo_root = Path(__file__).resolve().parent
-    return [Path(sys.prefix) / "lib" / "triton_backends",  # `make runtime` installs it into the venv
-            repo_root / "build" / "runtime" / "triton_backends"]  # the CMake build tree
+    package_dir = Path(__file__).resolve().parent  # in a checkout, the repository root
+    return [package_dir / "triton_backends",  # a wheel that installs CMake's `triton_backends/` into the package
+            Path(sys.prefix) / "lib" / "triton_backends",  # `make runtime` installs it into the venv
+            package_dir / "build" / "runtime" / "triton_backends"]  # the CMake build tree
 
 
 def triton_backend_dir() -> Path:

@@ -80,10 +80,11 @@ def _instance_group(kind: str, count: int, gpus: tuple[int, ...]) -> str:
 
 def config_pbtxt(package: Package, model_version: int, batching: bool = True, instance_kind: str | None = None,
                  instance_count: int = 1, gpus: tuple[int, ...] = (), dynamic_batching: bool = False,
-                 max_queue_delay_us: int = 100) -> str:
+                 max_queue_delay_us: int = 100, threads: int | None = None) -> str:
     """The config.pbtxt text. batching=False writes max_batch_size 0 even for a package with a batch symbol.
     instance_kind "cpu" or "gpu" writes an instance group (None: Triton's default, GPU where there is one);
-    dynamic_batching needs a batch symbol."""
+    dynamic_batching needs a batch symbol; threads: the CPU threads of each instance's session (the backend's
+    aotpack.num_threads parameter, default 1)."""
     from . import PublishError
 
     m = package.manifest
@@ -101,6 +102,8 @@ def config_pbtxt(package: Package, model_version: int, batching: bool = True, in
     parameters = [("aotpack.package_digest", package.digest), ("aotpack.package_version", m["version"]),
                   ("aotpack.signature", json.dumps(sig, sort_keys=True, separators=(",", ":")))]
     parameters += [(f"aotpack.symbol.{s['name']}", f"{s['min']}..{s['max']}") for s in sig["symbols"]]
+    if threads is not None:
+        parameters.append(("aotpack.num_threads", str(threads)))
     lines = [
         "# Written by aotpack publish --format triton; the package is in the version folder.",
         f"name: {_quoted(m['name'])}",

@@ -46,8 +46,8 @@ def test_gpu_instances_serve_what_the_runtime_computes_on_the_gpu(gpu_server):
 
     server, package = gpu_server
     log = server.log()
-    assert "instance block_0_0 (CUDA device 0): a session of model block" in log, log[-3000:]
-    assert "instance block_0_1 (CUDA device 0): a session of model block" in log
+    assert "instance block_0_0 (CUDA device 0): a session of model block," in log, log[-3000:]
+    assert "instance block_0_1 (CUDA device 0): a session of model block," in log
     session = runtime.Model(package).session(device="cuda:0")
     client = HttpClient(server.http_url)
     rng = np.random.default_rng(0)

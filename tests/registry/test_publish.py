@@ -237,8 +237,9 @@ def test_triton_options_write_instance_groups_and_dynamic_batching(mlp_package, 
     pb2 = _triton_model_config()
     out = tmp_path / "batched"
     _publish(mlp_package, "triton", out, "--instance-kind", "cpu", "--instances", "3", "--dynamic-batching",
-             "--max-queue-delay-us", "2500")
+             "--max-queue-delay-us", "2500", "--threads", "4")
     config = text_format.Parse((out / "mlp" / "config.pbtxt").read_text(), pb2.ModelConfig())
+    assert config.parameters["aotpack.num_threads"].string_value == "4"
     (group,) = config.instance_group
     assert (pb2.ModelInstanceGroup.Kind.Name(group.kind), group.count, list(group.gpus)) == ("KIND_CPU", 3, [])
     assert config.dynamic_batching.max_queue_delay_microseconds == 2500

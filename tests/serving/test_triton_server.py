@@ -34,7 +34,7 @@ def repository(tmp_path_factory, serving_packages) -> Path:
     _publish(serving_packages["mlp"], repo, "--instance-kind", "cpu", "--instances", "2", "--dynamic-batching",
              "--max-queue-delay-us", "20000")
     _publish(serving_packages["block"], repo, "--instance-kind", "cpu", "--dynamic-batching",
-             "--max-queue-delay-us", "20000")
+             "--max-queue-delay-us", "20000", "--threads", "2")
     _publish(serving_packages["bag"], repo, "--instance-kind", "cpu", "--dynamic-batching",
              "--max-queue-delay-us", "300000")
     # A model folder with only the backend named: the backend fills the configuration in from the package.
@@ -44,6 +44,11 @@ def repository(tmp_path_factory, serving_packages) -> Path:
     (repo / "seq_auto" / "1").mkdir(parents=True)
     shutil.copyfile(serving_packages["seq"], repo / "seq_auto" / "1" / "model.aotpack")
     (repo / "seq_auto" / "config.pbtxt").write_text('backend: "aotpack"\ninstance_group [ { kind: KIND_CPU } ]\n')
+    # A damaged package.
+    shutil.copytree(repo / "mlp_auto", repo / "mlp_damaged")
+    data = bytearray((repo / "mlp_damaged" / "1" / "model.aotpack").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (repo / "mlp_damaged" / "1" / "model.aotpack").write_bytes(bytes(data))
     # A configuration that contradicts the package.
     shutil.copytree(repo / "mlp", repo / "mlp_bad")
     text = (repo / "mlp_bad" / "config.pbtxt").read_text().replace('name: "mlp"', 'name: "mlp_bad"')
@@ -163,6 +168,27 @@ def test_a_configuration_that_contradicts_the_package_does_not_load(server):
     assert "input 'input': dims[0] is 31 but the package's dim 1 is 32" in str(e.value)
 
 
+def test_a_damaged_package_does_not_load_and_says_why(server):
+    from tritonclient.utils import InferenceServerException
+
+    client = _http(server)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("mlp_damaged")
+    assert "model mlp_damaged: " in str(e.value) and "sha256" in str(e.value), str(e.value)
+    assert client.is_server_live() and client.is_model_ready("mlp")  # (strict readiness: not "ready" now)
+
+
+def test_only_the_backend_entry_points_are_exported(backend_dir):
+    import subprocess
+
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(backend_dir / "aotpack" / "libtriton_aotpack.so")],
+                        capture_output=True, text=True, check=True).stdout
+    exported = sorted(line.split()[-1] for line in nm.splitlines() if line.split()[1] in "TtDdBbRrVWi")
+    assert exported == sorted(f"TRITONBACKEND_{n}" for n in (
+        "Initialize", "Finalize", "ModelInitialize", "ModelFinalize", "ModelInstanceInitialize",
+        "ModelInstanceFinalize", "ModelInstanceExecute"))
+
+
 # ---- inference --------------------------------------------------------------------------------------
 
 
@@ -261,8 +287,9 @@ def test_two_cpu_instances_each_hold_a_session(server):
     config = _http(server).get_model_config("mlp")
     assert config["instance_group"][0]["count"] == 2
     log = server.log()
-    assert "instance mlp_0_0 (CPU): a session of model mlp, batching on batch" in log
-    assert "instance mlp_0_1 (CPU): a session of model mlp, batching on batch" in log
+    assert "instance mlp_0_0 (CPU): a session of model mlp, 1 CPU thread(s), batching on batch" in log
+    assert "instance mlp_0_1 (CPU): a session of model mlp, 1 CPU thread(s), batching on batch" in log
+    assert "instance block_0_0 (CPU): a session of model block, 2 CPU thread(s), batching on batch" in log  # --threads
 
 
 def test_twenty_load_unload_cycles_do_not_grow_memory(server, runtime_outputs):
@@ -304,3 +331,10 @@ def test_the_standard_library_client_agrees_with_tritonclient(server, runtime_ou
         client.infer("block", {"x": np.ones((1, 65, 64), np.float32)}, ("output",))
     assert int(client.statistics("block")["inference_count"]) > 0
     client.close()
+
+
+def test_the_cli_prints_the_backend_directory(backend_dir):
+    result = cli("--triton-backend-dir")
+    folder = Path(result.stdout.strip())
+    assert (folder / "aotpack" / "libtriton_aotpack.so").is_file()
+    assert (folder / "aotpack" / "libaotpack.so").is_file()  # the backend's RUNPATH is $ORIGIN

@@ -73,7 +73,8 @@ TRITONSERVER_Error* InstanceState::Create(TRITONBACKEND_ModelInstance* instance,
                                                                         : std::string(" (CPU)")) + ": ";
   AOTPACK_TRITON_RETURN_IF_ERROR(FromStatus(aotpack_session_create(model->model(), &options, &state->session_), where));
   state->staging_.resize(model->signature().inputs.size());
-  Log(TRITONSERVER_LOG_INFO, where + "a session of model " + model->name() +
+  Log(TRITONSERVER_LOG_INFO, where + "a session of model " + model->name() + ", " +
+                                 std::to_string(options.num_threads) + " CPU thread(s)" +
                                  (model->batching() ? ", batching on " + model->signature().batch.name : ""));
   *out = state.release();
   return nullptr;
@@ -171,9 +172,21 @@ static bool CanMerge(const std::vector<std::vector<int64_t>>& a, const std::vect
 void InstanceState::Execute(TRITONBACKEND_Request** requests, uint32_t count) {
   const uint64_t exec_start = NowNs();
   std::vector<Pending> pending(count);
-  for (uint32_t r = 0; r < count; ++r) {
-    Pending& p = pending[r];
-    p.request = requests[r];
+  for (uint32_t r = 0; r < count; ++r) pending[r].request = requests[r];
+  // Execute owns the requests from here on: whatever happens below, every one is answered and released.
+  try {
+    Run(&pending);
+  } catch (const std::exception& e) {
+    for (Pending& p : pending) {
+      if (!p.error) p.error = Error(TRITONSERVER_ERROR_INTERNAL, std::string("aotpack backend: ") + e.what());
+    }
+  }
+  Respond(&pending, exec_start);
+}
+
+void InstanceState::Run(std::vector<Pending>* all) {
+  std::vector<Pending>& pending = *all;
+  for (Pending& p : pending) {
     p.error = TRITONBACKEND_ResponseNew(&p.response, p.request);
     if (!p.error) Prepare(&p);
   }
@@ -197,9 +210,11 @@ void InstanceState::Execute(TRITONBACKEND_Request** requests, uint32_t count) {
     }
   }
   for (const auto& group : groups) RunGroup(group);
+}
 
+void InstanceState::Respond(std::vector<Pending>* all, uint64_t exec_start) {
   const uint64_t exec_end = NowNs();
-  for (Pending& p : pending) {
+  for (Pending& p : *all) {
     const bool ok = p.error == nullptr;
     if (p.response) {
       Discard(TRITONBACKEND_ResponseSend(p.response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, p.error));

@@ -30,6 +30,8 @@ class InstanceState {
   struct Pending;
   InstanceState() = default;
 
+  void Run(std::vector<Pending>* pending);                      // prepare, group, run
+  void Respond(std::vector<Pending>* pending, uint64_t exec_start);  // send, report, release
   void Prepare(Pending* p);
   void RunGroup(const std::vector<Pending*>& group);
   TRITONSERVER_Error* RunOnce(const std::vector<Pending*>& group);
