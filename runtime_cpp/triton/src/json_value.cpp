@@ -9,6 +9,7 @@ JsonValue JsonValue::Bool(bool value) {
   JsonValue v;
   v.kind_ = Kind::kBool;
   v.bool_ = value;
+  v.text_ = value ? "true" : "false";
   return v;
 }
 
