@@ -217,7 +217,9 @@ void InstanceState::Respond(std::vector<Pending>* all, uint64_t exec_start) {
   for (Pending& p : *all) {
     const bool ok = p.error == nullptr;
     if (p.response) {
-      Discard(TRITONBACKEND_ResponseSend(p.response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, p.error));
+      TRITONSERVER_Error* unsent = TRITONBACKEND_ResponseSend(p.response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, p.error);
+      if (unsent) Discard(TRITONBACKEND_ResponseDelete(p.response));  // not sent: it is still ours to free
+      Discard(unsent);
     } else {
       Log(TRITONSERVER_LOG_ERROR, std::string("instance ") + name_ + ": no response could be made for a request: " +
                                       TRITONSERVER_ErrorMessage(p.error));
