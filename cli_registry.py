@@ -128,6 +128,14 @@ def publish(package: str, format_name: str, out: str, model_version: int, tag: s
     from .publish import publish as publish_package
 
     options: dict = {}
+    ctx = click.get_current_context()
+    triton_only = [f"--{name.replace('_', '-')}" for name in ("model_version", "instance_kind", "instances", "gpus",
+                                                               "dynamic_batching", "max_queue_delay_us", "threads",
+                                                               "no_batching")
+                   if ctx.get_parameter_source(name if name != "instances" else "instance_count")
+                   == click.core.ParameterSource.COMMANDLINE]
+    if format_name != "triton" and triton_only:
+        raise click.UsageError(f"{', '.join(triton_only)}: options of --format triton only")
     if format_name == "triton":
         try:
             gpu_ids = tuple(int(g) for g in gpus.split(",")) if gpus else ()

@@ -257,6 +257,9 @@ def test_triton_refuses_options_the_package_cannot_serve(mlp_package, tmp_path):
         result = run([*AOTPACK, "publish", str(mlp_package), "--format", "triton", "--out", str(out), *options])
         assert result.returncode == 1 and message in result.stderr, result.stderr
         assert not out.exists()  # refused before anything is written
+    result = run([*AOTPACK, "publish", str(mlp_package), "--format", "oci", "--out", str(tmp_path / "o"),
+                  "--instances", "2"])
+    assert result.returncode == 2 and "--instances: options of --format triton only" in result.stderr
 
 
 def test_batch_symbol_rule():
