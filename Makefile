@@ -45,7 +45,7 @@ registry-tools:
 PYTRITON_SPEC ?= nvidia-pytriton==0.7.0
 TRITON_HOME ?= $(HOME)/.cache/aotpack/tritonserver-pytriton-0.7.0
 triton-server: $(TRITON_HOME)/.installed
-$(TRITON_HOME)/.installed:
+$(TRITON_HOME)/.installed: | $(VENV)/.installed
 	$(BIN)/pip install --quiet --no-deps --upgrade --target $(TRITON_HOME) "$(PYTRITON_SPEC)"
 	! ldd $(TRITON_HOME)/pytriton/tritonserver/bin/tritonserver | grep "not found" || \
 		{ echo "tritonserver from $(PYTRITON_SPEC) misses the libraries above on this machine" >&2; exit 1; }
