@@ -69,7 +69,7 @@ def first_existing(candidates: list[Path], what: str, marker: str | None = None)
 
 def cmake_dir() -> Path:
     """The folder of aotpackConfig.cmake: give it as CMAKE_PREFIX_PATH or aotpack_DIR to find_package(aotpack)."""
-    return first_existing(cmake_dir_candidates(), f"the aotpack CMake package ({CONFIG_FILE})", CONFIG_FILE)
+    return first_existing(cmake_dir_candidates(), f"the aotpack CMake package, {CONFIG_FILE}", CONFIG_FILE)
 
 
 def tool_path() -> Path:
