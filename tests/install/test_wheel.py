@@ -173,13 +173,16 @@ def eager_error(cases: Path) -> float:
     return worst
 
 
-@pytest.mark.parametrize("source", ["wheel", "cmake --install"])
+@pytest.mark.parametrize("source", ["wheel", "cmake --install", "build tree"])
 def test_cpp_service_builds_and_serves(source, venv, runtime_build, mlp_package, tmp_path):
     env = bare_env(venv / "bin") if source == "wheel" else bare_env()
     if source == "wheel":
         prefix_path = run(["aotpack", "--cmake-dir"], env=env).stdout.strip()
-    else:
+    elif source == "cmake --install":
         prefix_path = str(installed_prefix(runtime_build, tmp_path / "prefix"))
+    else:  # a source checkout: the dev install's --cmake-dir is the build tree, itself a CMake package
+        prefix_path = run([sys.executable, "-m", "aotpack.cli", "--cmake-dir"]).stdout.strip()
+        assert prefix_path == str(runtime_build)
     build = tmp_path / "build"
     run(["cmake", "-S", REPO / "examples" / "cpp_service", "-B", build, f"-DCMAKE_PREFIX_PATH={prefix_path}"], env=env)
     cache = (build / "CMakeCache.txt").read_text()
