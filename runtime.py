@@ -148,9 +148,10 @@ def library_path() -> Path:
     looked = ", ".join(str(p) for p in candidates)
     raise AotpackError(
         StatusCode.NOT_FOUND,
-        f"cannot find the aotpack runtime library {runtime_files.LIBRARY_NAME} (looked at {looked}); install aotpack with `pip install .` "
-        "(a wheel with the runtime), or in a source checkout build it with `cmake -S runtime_cpp -B build/runtime "
-        "&& cmake --build build/runtime`; or set AOTPACK_RUNTIME_LIB to its path",
+        f"cannot find the aotpack runtime library {runtime_files.LIBRARY_NAME} (looked at {looked}); install "
+        "aotpack with `pip install .` (a wheel with the runtime), or in a source checkout build it with "
+        "`cmake -S runtime_cpp -B build/runtime && cmake --build build/runtime`; or set AOTPACK_RUNTIME_LIB to "
+        "its path",
     )
 
 
