@@ -105,14 +105,16 @@ def test_fresh_venv_finds_its_runtime(venv, site_package, mlp_package, runtime_b
     assert cmake_dir == str(site_package / "lib" / "cmake" / "aotpack")
     python = run([venv / "bin" / "python", "-c", "import aotpack; print(aotpack.cmake_prefix_path)"], env=env)
     assert python.stdout.strip() == cmake_dir
-    probe = ("import sys, numpy as np, aotpack; from aotpack import runtime; print(aotpack.__file__); "
-             "print(runtime.library_path()); "
+    probe = ("import sys, numpy as np, aotpack; from aotpack import runtime, runtime_files; print(aotpack.__file__); "
+             "print(runtime.library_path()); print(runtime_files.include_dir()); "
              "print(runtime.version()); m = runtime.Model(sys.argv[1]); s = m.session(); "
              "x = np.linspace(-2, 2, 3 * 32, dtype=np.float32).reshape(3, 32); np.save(sys.argv[2], s.run([x])[0])")
     out = mlp_package.parent / "fresh_venv_out.npy"
     found = run([venv / "bin" / "python", "-c", probe, mlp_package, out], env=env).stdout.split()
-    # The wheel's own package (not the checkout), its own library, of the header's version.
-    assert found[:3] == [str(site_package / "__init__.py"), str(site_package / "lib" / "libaotpack.so.0"), "0.1.0"]
+    # The wheel's own package (not the checkout), its own library, its own headers (the CPU compiler's kernel
+    # ABI header at export), of the header's version.
+    assert found[:4] == [str(site_package / "__init__.py"), str(site_package / "lib" / "libaotpack.so.0"),
+                         str(site_package / "include"), "0.1.0"]
     # The same kernels run by the dev tree's runtime give the same bits.
     from aotpack import runtime
 
