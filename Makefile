@@ -16,14 +16,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,cuda,models,registry,serving]"
 	touch $@
 
-# The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.
+# The C++ runtime: libaotpack and aotpack-run in build/runtime, where the editable install finds them
+# (runtime_files.py; $(BIN)/aotpack-run runs the tool there). `pip install .` builds them into the wheel instead.
 runtime: $(VENV)/.installed
 	cmake -S runtime_cpp -B build/runtime -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build build/runtime -j2
-	mkdir -p $(VENV)/lib
-	install -m 755 build/runtime/aotpack-run $(BIN)/aotpack-run
-	install -m 644 build/runtime/libaotpack.so $(VENV)/lib/libaotpack.so
-	rm -rf $(VENV)/lib/triton_backends && cp -r build/runtime/triton_backends $(VENV)/lib/triton_backends
 
 # Export the MLP example with a dynamic batch, run it with the C++ runtime alone, compare with eager.
 demo: setup

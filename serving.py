@@ -7,7 +7,7 @@ One function, so that a packaging change (the wheel) changes only the candidate 
 
 from __future__ import annotations
 
-import sys
+
 from pathlib import Path
 
 from .errors import AotpackError
@@ -17,9 +17,8 @@ BACKEND_LIBRARY = "libtriton_aotpack.so"
 
 def _candidates() -> list[Path]:
     package_dir = Path(__file__).resolve().parent  # in a checkout, the repository root
-    return [package_dir / "triton_backends",  # a wheel that installs CMake's `triton_backends/` into the package
-            Path(sys.prefix) / "lib" / "triton_backends",  # `make runtime` installs it into the venv
-            package_dir / "build" / "runtime" / "triton_backends"]  # the CMake build tree
+    return [package_dir / "triton_backends",  # the wheel installs CMake's `triton_backends/` into the package
+            package_dir / "build" / "runtime" / "triton_backends"]  # the CMake build tree (make runtime)
 
 
 def triton_backend_dir() -> Path:

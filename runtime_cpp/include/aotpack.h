@@ -15,6 +15,19 @@ extern "C" {
 
 #define AOTPACK_API __attribute__((visibility("default")))
 
+/* ---- version ------------------------------------------------------------------------------------ */
+
+/* The release these declarations come from (the one place the version is written: CMake, the SONAME
+ * libaotpack.so.<MAJOR> and the Python package read it from here). A caller compiled against this header
+ * can compare it with aotpack_version(), the library it runs with. */
+#define AOTPACK_VERSION_MAJOR 0
+#define AOTPACK_VERSION_MINOR 1
+#define AOTPACK_VERSION_PATCH 0
+#define AOTPACK_VERSION_STRING "0.1.0"
+
+/* The loaded library's version, "MAJOR.MINOR.PATCH". Static storage; never NULL. */
+AOTPACK_API const char* aotpack_version(void);
+
 /* ---- status ------------------------------------------------------------------------------------- */
 
 typedef enum aotpack_status_code_t {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "aotpack.h"
 #include "json_reader.hpp"
 #include "sha256.hpp"
 #include "timing.hpp"
@@ -67,9 +68,17 @@ Status Package::check_format() const {
                        ", not \"aotpack\"; this is not an aotpack package");
   if (!version || !version->is_int())
     return unsupported("manifest.json: \"format_version\" is missing or not an integer");
-  if (version->as_int() != kFormatVersion)
-    return unsupported("format_version ", version->as_int(), " is not supported: this runtime loads format_version ",
-                       kFormatVersion, " only; use a runtime that matches the exporter, or re-export the model");
+  // Which side must move depends on which is newer: a runtime never guesses at a format it predates.
+  const int64_t found = version->as_int();
+  if (found > kFormatVersion)
+    return unsupported("format_version ", found, " is not supported: this runtime loads format_version ", kFormatVersion,
+                       " only; the package is newer than this runtime (aotpack ", AOTPACK_VERSION_STRING,
+                       "): upgrade the runtime to a release that loads format_version ", found,
+                       " (docs/COMPATIBILITY.md), or re-export the model with the aotpack release of this runtime");
+  if (found != kFormatVersion)
+    return unsupported("format_version ", found, " is not supported: this runtime loads format_version ", kFormatVersion,
+                       " only; re-export the model with this release (aotpack ", AOTPACK_VERSION_STRING,
+                       "), or use a runtime that loads format_version ", found);
   return Status();
 }
 
