@@ -5,7 +5,8 @@ Decompositions repeat work the frontend cannot see as one value: layer norm, dec
 for the mean in the variance and again for the mean it subtracts, two identical reduction kernels. A step is
 a duplicate of an earlier one when the two are equal but for their output buffer (same family, shape, reads
 and expression), neither output is a program output, nothing between them writes what they read, and the
-earlier output is not overwritten in between (no scatter updates it).
+earlier output is not overwritten in between; each of the two buffers is written by its own step only (no
+scatter updates either).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def _duplicate_of(steps: list[Kernel], t: int, outputs: set[str]) -> int | None:
     for u in range(t + 1, len(steps)):
         step = steps[u]
         if isinstance(step, PURE) and step.output not in outputs and _key(step) == key:
-            return u
+            # each buffer written once, by its own step: a scatter updating either later would make them differ
+            writers = [s.output for s in steps]
+            return u if writers.count(first.output) == 1 and writers.count(step.output) == 1 else None
         if step.output in reads or step.output == first.output:
             return None  # what they read, or the first's result, changes after here
     return None
