@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from ...errors import UnsupportedError
-from ..ir import scalar
+from ..ir import index_math, scalar
 from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
@@ -289,7 +289,9 @@ class GraphLowering:
     def _maybe_store(self, node: torch.fx.Node, value: TensorValue) -> TensorValue:
         if value.view is not None:
             return value
-        expr = value.loader(tuple(index_var("i", d) for d in range(value.rank)))
+        index = tuple(index_var("i", d) for d in range(value.rank))
+        expr = value.loader(index)
+        value, expr = _folded(value, index, expr)
         size = scalar.size_of(expr)
         shared = len(node.users) > 1 and size > INLINE_SHARED_MAX_NODES
         if shared and size <= EXPANSION_INLINE_MAX_NODES and self._is_expansion(value, expr):
@@ -331,6 +333,19 @@ class GraphLowering:
                 return buf.name
         realized = self.realize(value, kind="output", source=name)
         return realized.view.buffer
+
+
+def _folded(value: TensorValue, index: tuple, expr: scalar.Node) -> tuple[TensorValue, scalar.Node]:
+    """An integer value computed from positions alone (an arange, offset and broadcast) as one index
+    expression: it costs nothing to recompute, so it is never stored, and the ops that index with it or
+    compare it (a causal mask) see index math (ir/index_math.py)."""
+    simple = index_math.folded(expr)
+    if simple is expr:
+        return value, expr
+    if isinstance(simple, scalar.IndexValue):
+        return TensorValue(value.dtype, value.shape, lambda idx: scalar.IndexValue(
+            simple.expr.xreplace(dict(zip(index, idx))), simple.dtype)), simple
+    return TensorValue(value.dtype, value.shape, lambda idx: simple), simple
 
 
 def _is_size_node(node: torch.fx.Node) -> bool:
