@@ -15,11 +15,12 @@ masked average all its keys, which skipping keys would change; such masks are ke
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sympy
 
-from .index_math import as_index_expr
+from .index_math import as_index_expr, linear_bounds, provably_nonnegative
 from .scalar import Const, Node, Op
 from .symbolic import index_var
 
@@ -74,6 +75,30 @@ def causal_offset(term: Node) -> sympy.Expr | None:
     return None
 
 
+def with_decided_comparisons(mask: Node, sizes: Sequence[sympy.Expr],
+                              ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> Node | None:
+    """`mask` with every comparison of index math that holds (or fails) for every index of the mask's `sizes`
+    [batch, heads, rows, keys] and every symbol value replaced by true (false), simplified; None if nothing is
+    left to mask. transformers' padding mask carries `q_idx >= 0` (true), which the kernel then never computes."""
+    uppers = {index_var("i", d): size - 1 for d, size in enumerate(sizes)}
+
+    def decide(node: Node) -> Node:
+        if not isinstance(node, Op):
+            return node
+        if node.name in _COMPARISONS:
+            lhs, rhs = (as_index_expr(a) for a in node.args)
+            if lhs is not None and rhs is not None:
+                sign, strict = _COMPARISONS[node.name]
+                bounds = linear_bounds(sign * (rhs - lhs) - (1 if strict else 0), uppers)  # holds iff >= 0
+                if bounds is not None and provably_nonnegative(bounds[0], ranges):
+                    return Const(True, "bool")
+                if bounds is not None and provably_nonnegative(-1 - bounds[1], ranges):
+                    return Const(False, "bool")
+        return Op(node.name, tuple(decide(a) for a in node.args), node.dtype)
+
+    return _nothing_left(_simplified(decide(mask)))
+
+
 def _exclusion_terms(mask: Node) -> list[Node]:
     """Boolean subterms whose falsity alone excludes the key, in the order they appear."""
     if mask.dtype == "bool":
@@ -102,10 +127,14 @@ def _is_neg_inf(node: Node) -> bool:
 def _without_term(mask: Node, term: Node) -> Node | None:
     """`mask` with `term` true, simplified; None if nothing is left to mask. Exact where j <= i + c, the
     only keys the kernel then evaluates the mask for."""
-    rest = _simplified(_replaced(mask, term, Const(True, "bool")))
-    if isinstance(rest, Const) and (rest.value is True or (rest.dtype != "bool" and rest.value == 0)):
+    return _nothing_left(_simplified(_replaced(mask, term, Const(True, "bool"))))
+
+
+def _nothing_left(mask: Node) -> Node | None:
+    """None for a mask that masks nothing (true, or an additive zero)."""
+    if isinstance(mask, Const) and (mask.value is True or (mask.dtype != "bool" and mask.value == 0)):
         return None
-    return rest
+    return mask
 
 
 def _replaced(node: Node, old: Node, new: Node) -> Node:
