@@ -17,6 +17,7 @@ import torch.fx
 
 from ...errors import UnsupportedError
 from ..ir import index_math, scalar
+from ..ir.constant_over_box import constant_reduction
 from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
@@ -164,16 +165,26 @@ class GraphLowering:
         for pos, d in enumerate(dims):
             index[d] = index_var("r", pos)
         body = value.loader(tuple(index))
+        reduced = tuple(value.shape[d] for d in dims)
+        constant = constant_reduction(body, out_shape, reduced, op, out_dtype, self.ranges())
+        if constant is not None:  # e.g. a running count of position jumps, which aranged positions never make
+            result = TensorValue(out_dtype, out_shape, lambda idx: constant)
+            for d in dims if keepdim else ():
+                result = unsqueeze(result, d)
+            return result
         if acc_dtype is None:
             acc_dtype = accumulator_dtype(op, body.dtype, out_dtype)
         name = self.new_buffer(out_dtype, out_shape)
-        reduced = tuple(value.shape[d] for d in dims)
         self.add_step(ReductionKernel(name, out_shape, reduced, body, op, acc_dtype, out_dtype))
         result = from_buffer(name, out_dtype, out_shape)
         if keepdim:
             for d in dims:
                 result = unsqueeze(result, d)
         return result
+
+    def ranges(self) -> dict[sympy.Symbol, tuple[int, int]]:
+        """Each symbol's declared range, for proofs over all the sizes a package runs at."""
+        return {size_symbol(s.name): (s.min, s.max) for s in self.symbols}
 
     def weight(self, tensor: torch.Tensor, name: str) -> str:
         """A buffer for a constant tensor; tensors sharing storage (tied weights) are stored once."""

@@ -20,6 +20,7 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 from .scalar import Const, IndexValue, Node, Op
 
 FOLDED_DTYPES = ("int64", "int32")
+Bounds = tuple[sympy.Expr, sympy.Expr]  # an index variable's least and greatest value
 _ARITHMETIC = {"add": sympy.Add, "sub": lambda a, b: a - b, "mul": sympy.Mul, "neg": lambda a: -a,
                "minimum": sympy.Min, "maximum": sympy.Max}
 
@@ -58,20 +59,25 @@ def folded(node: Node) -> Node:
 
 
 def linear_bounds(expr: sympy.Expr, uppers: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr] | None:
-    """The least and greatest value of `expr` over the box 0 <= v <= uppers[v], as expressions of the symbols,
-    when `expr` is linear in those variables with constant coefficients (then the extremes sit at corners
-    of the box, exactly). None otherwise."""
+    """The least and greatest value of `expr` over the box 0 <= v <= uppers[v] (see box_bounds)."""
+    return box_bounds(expr, {v: (sympy.Integer(0), u) for v, u in uppers.items()})
+
+
+def box_bounds(expr: sympy.Expr, box: Mapping[sympy.Symbol, Bounds]) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """The least and greatest value of `expr` over the box lo <= v <= hi, as expressions of the symbols, when
+    `expr` is linear in the box's variables with constant coefficients (then the extremes sit at corners of
+    the box, exactly; bounds may be symbolic, e.g. a row index 0 <= i <= seq - 1). None otherwise."""
     expr = sympy.expand(expr)
     lo = hi = expr
-    for var, upper in uppers.items():
+    for var, (low, high) in box.items():
         coeff = expr.coeff(var)
         if coeff == 0:
             continue
         if not coeff.is_number or any(var in t.free_symbols for t in sympy.Add.make_args(expr - coeff * var)):
             return None
-        lo = lo.subs(var, upper if coeff < 0 else 0)
-        hi = hi.subs(var, upper if coeff > 0 else 0)
-    if (lo.free_symbols | hi.free_symbols) & set(uppers):
+        lo = lo.subs(var, high if coeff < 0 else low)
+        hi = hi.subs(var, high if coeff > 0 else low)
+    if (lo.free_symbols | hi.free_symbols) & set(box):
         return None
     return sympy.expand(lo), sympy.expand(hi)
 

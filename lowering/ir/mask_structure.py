@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from .index_math import as_index_expr, linear_bounds, provably_nonnegative
+from .constant_over_box import constant_over_box
+from .index_math import as_index_expr
 from .scalar import Const, Node, Op
 from .symbolic import index_var
 
@@ -79,21 +80,17 @@ def with_decided_comparisons(mask: Node, sizes: Sequence[sympy.Expr],
                               ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> Node | None:
     """`mask` with every comparison of index math that holds (or fails) for every index of the mask's `sizes`
     [batch, heads, rows, keys] and every symbol value replaced by true (false), simplified; None if nothing is
-    left to mask. transformers' padding mask carries `q_idx >= 0` (true), which the kernel then never computes."""
-    uppers = {index_var("i", d): size - 1 for d, size in enumerate(sizes)}
+    left to mask. transformers' padding mask carries `q_idx >= 0` (true), its causal masks a packed-sequence
+    equality of two zeros (ir/constant_over_box.py), which the kernel then never computes."""
+    box = {index_var("i", d): (sympy.Integer(0), size - 1) for d, size in enumerate(sizes)}
 
     def decide(node: Node) -> Node:
         if not isinstance(node, Op):
             return node
-        if node.name in _COMPARISONS:
-            lhs, rhs = (as_index_expr(a) for a in node.args)
-            if lhs is not None and rhs is not None:
-                sign, strict = _COMPARISONS[node.name]
-                bounds = linear_bounds(sign * (rhs - lhs) - (1 if strict else 0), uppers)  # holds iff >= 0
-                if bounds is not None and provably_nonnegative(bounds[0], ranges):
-                    return Const(True, "bool")
-                if bounds is not None and provably_nonnegative(-1 - bounds[1], ranges):
-                    return Const(False, "bool")
+        if node.name in (*_COMPARISONS, "eq", "ne"):
+            value = constant_over_box(node, box, ranges)
+            if value is not None:
+                return Const(bool(value), "bool")
         return Op(node.name, tuple(decide(a) for a in node.args), node.dtype)
 
     return _nothing_left(_simplified(decide(mask)))

@@ -107,3 +107,39 @@ def test_comparisons_decided_over_the_mask_shape_are_folded():
     assert never == NINF
     undecided = additive(cmp("lt", iv(j), Const(5, "int64")))
     assert with_decided_comparisons(undecided, sizes, ranges) == undecided
+
+
+def _packed_sequence_step(first_difference: int) -> Op:
+    """transformers' `(diff(positions, prepend=positions[:, :1] - 1) != 1)` for aranged positions at r, as the
+    lowering makes it (clamped neighbours of a cat), summed over r <= i1 by cumsum; `first_difference`
+    replaces the prepended value's -1."""
+    r = index_var("r", 0)
+    here = Op("where", (cmp("lt", iv(r + 1), iv(1)), iv(-1), iv(sympy.Min(r, seq - 1))), "int64")
+    before = Op("where", (cmp("lt", iv(r), iv(1)), iv(first_difference), iv(sympy.Max(0, sympy.Min(r - 1, seq - 1)))),
+                "int64")
+    jump = Op("cast", (cmp("ne", Op("sub", (here, before), "int64"), Const(1, "int64")),), "int64")
+    return Op("where", (cmp("le", iv(r), iv(index_var("i", 1))), jump, Const(0, "int64")), "int64")
+
+
+def test_a_sum_of_a_term_proved_zero_by_case_splits_needs_no_kernel():
+    from aotpack.lowering.ir.constant_over_box import constant_over_box, constant_reduction
+
+    r = index_var("r", 0)
+    box = {index_var("i", 0): (sympy.Integer(0), sympy.Integer(1)), index_var("i", 1): (sympy.Integer(0), seq - 1),
+           r: (sympy.Integer(0), seq - 1)}
+    ranges = {seq: (1, 2048)}
+    assert constant_over_box(_packed_sequence_step(-1), box, ranges) == 0  # needs the split at r = 1
+    assert constant_over_box(_packed_sequence_step(5), box, ranges) is None  # the first position jumps
+    shape, reduced = (sympy.Integer(2), seq), (seq,)
+    assert constant_reduction(_packed_sequence_step(-1), shape, reduced, "sum", "int64", ranges) == Const(0, "int64")
+    assert constant_reduction(Const(3, "int64"), shape, reduced, "sum", "int64", ranges) == IndexValue(3 * seq, "int64")
+    assert constant_reduction(iv(r), shape, reduced, "sum", "int64", ranges) is None  # varies with r
+    assert constant_reduction(_packed_sequence_step(-1), shape, reduced, "prod", "int64", ranges) is None
+
+
+def test_equalities_of_zeros_in_a_mask_are_decided():
+    sizes = (sympy.Integer(2), sympy.Integer(4), seq, seq)
+    mask = additive(Op("bitwise_and", (cmp("le", iv(j), iv(i)), cmp("eq", Const(0, "int64"), Const(0, "int64"))),
+                       "bool"))
+    assert causal_split(with_decided_comparisons(mask, sizes, {seq: (1, 2048)})) == causal_split(additive(
+        cmp("le", iv(j), iv(i))))

@@ -23,7 +23,7 @@ import torch
 from ....errors import UnsupportedError
 from ...ir.kernels import AttentionKernel
 from ...ir.mask_structure import causal_split, with_decided_comparisons
-from ...ir.symbolic import index_var, size_symbol
+from ...ir.symbolic import index_var
 from .. import values as V
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
@@ -68,8 +68,7 @@ def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: T
         if mask.rank > 4:
             raise UnsupportedError(f"an attention mask of rank {mask.rank} does not broadcast to {full}")
         mask_node = V.broadcast_to(mask, full).loader(tuple(index_var("i", d) for d in range(4)))
-        ranges = {size_symbol(s.name): (s.min, s.max) for s in ctx.symbols}
-        mask_node = with_decided_comparisons(mask_node, full, ranges)
+        mask_node = with_decided_comparisons(mask_node, full, ctx.ranges())
     offset = sympy.Integer(0)
     split = causal_split(mask_node) if mask_node is not None else None
     if split is not None and (not causal or split.offset == 0):

@@ -15,7 +15,7 @@ import torch
 from ....errors import UnsupportedError
 from ...ir.index_math import as_index_expr, provably_in_range
 from ...ir.scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
-from ...ir.symbolic import index_var, size_symbol
+from ...ir.symbolic import index_var
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, broadcast_to, unsqueeze
@@ -65,8 +65,7 @@ def positions_as_index_math(ctx: GraphLowering, index: TensorValue, size: sympy.
     expr = as_index_expr(index.loader(local))
     if expr is None:
         return None
-    ranges = {size_symbol(s.name): (s.min, s.max) for s in ctx.symbols}
-    if not provably_in_range(expr, size, {v: n - 1 for v, n in zip(local, index.shape)}, ranges):
+    if not provably_in_range(expr, size, {v: n - 1 for v, n in zip(local, index.shape)}, ctx.ranges()):
         return None
     return lambda idx: sympy.expand(expr.xreplace(dict(zip(local, idx))))
 
