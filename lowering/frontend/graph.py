@@ -33,9 +33,9 @@ INLINE_MAX_NODES = 160
 # A shared value at least this many times larger than everything it reads is a broadcast (a [batch, seq]
 # padding mask seen as [batch, heads, seq, seq] by every attention layer): storing it would write and re-read
 # the large form, so its readers recompute it from the small sources, up to this many nodes. Not a value that
-# gathers (Hugging Face's causal masks index positions by data): every reader would repeat the gathers and
-# their bounds checks per element (GPT-2's Triton attention did 4 checked gathers per score; its run at seq
-# 2048 on an H200 went from 5.7 to 10.9 ms with that change among others).
+# gathers positions read from data: every reader would repeat the gathers and their bounds checks per element
+# (GPT-2's Triton attention did 4 checked gathers per score before its mask's positions became index math,
+# ops/index.py; its run at seq 2048 on an H200 went from 5.7 to 10.9 ms with that change among others).
 EXPANSION_MIN_RATIO = 8
 EXPANSION_INLINE_MAX_NODES = 48
 
