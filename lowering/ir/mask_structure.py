@@ -112,6 +112,8 @@ def _exclusion_terms(mask: Node) -> list[Node]:
 def _conjuncts(node: Node) -> list[Node]:
     if isinstance(node, Op) and node.name in _AND and node.dtype == "bool":
         return [t for arg in node.args for t in _conjuncts(arg)]
+    if isinstance(node, Op) and node.name == "where" and node.dtype == "bool" and node.args[2] == Const(False, "bool"):
+        return _conjuncts(node.args[0]) + _conjuncts(node.args[1])  # where(c, a, false) is c and a (tril)
     return [node]
 
 

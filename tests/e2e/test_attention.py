@@ -91,6 +91,8 @@ class PositionMaskAttention(nn.Module):
             mask = kv_pos <= q_pos + self.diagonal
         elif self.spelling == "difference":
             mask = (q_pos - kv_pos) >= -self.diagonal
+        elif self.spelling == "tril":
+            mask = torch.ones(s, source.shape[1], dtype=torch.bool).tril(self.diagonal)
         else:  # "not_gt": ~(j > i + c)
             mask = ~(kv_pos > q_pos + self.diagonal)
         if self.padding:
@@ -107,6 +109,7 @@ POSITION_CASES = {
     "diagonal_plus_2": ((2, False, False, "difference"), 2),
     "diagonal_minus_1_padding": ((-1, True, False, "not_gt"), -1),  # row 0 sees no key: zeros, as eager gives
     "keys_past_a_memory": ((0, True, True, "le"), None),
+    "tril_of_ones": ((1, False, False, "tril"), 1),
 }
 
 

@@ -143,3 +143,13 @@ def test_equalities_of_zeros_in_a_mask_are_decided():
                        "bool"))
     assert causal_split(with_decided_comparisons(mask, sizes, {seq: (1, 2048)})) == causal_split(additive(
         cmp("le", iv(j), iv(i))))
+
+
+def test_tril_of_ones_is_causal():
+    """torch's tril decomposition of a boolean all-true mask: where(j - i <= 1, true, false)."""
+    tril = Op("where", (cmp("le", Op("sub", (iv(j), iv(i)), "int64"), Const(1, "int64")), Const(True, "bool"),
+                        Const(False, "bool")), "bool")
+    split = causal_split(tril)
+    assert split.offset == 1 and split.rest is None
+    either = Op("where", (cmp("le", iv(j), iv(i)), PAD, Const(True, "bool")), "bool")  # not a conjunction
+    assert causal_split(either) is None
