@@ -23,7 +23,7 @@ from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKern
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .diagnostics import source_line, unsupported_ops_error
 from .registry import lowering_for
-from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
+from .values import TensorValue, affine_view, from_buffer, is_contiguous, unsqueeze
 
 # A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones
 # (a bias add: two loads and an add) cost less to recompute in each reader than a round trip to memory.
@@ -138,8 +138,12 @@ class GraphLowering:
         return from_buffer(name, value.dtype, value.shape)
 
     def as_view(self, value: TensorValue) -> StridedView:
-        """A strided view of memory holding `value`, computing it into a buffer if it is lazy."""
+        """A strided view of memory holding `value`, computing it into a buffer if it is lazy and not already
+        a plain read of memory at strides (`affine_view`)."""
         if value.view is None:
+            view = affine_view(value)
+            if view is not None:
+                return view
             value = self.realize(value)
         return value.view
 

@@ -23,6 +23,8 @@ from aotpack.lowering.ir.kernels import (
     ScatterKernel,
     StridedView,
     Symbol,
+    epilogue_vars,
+    product_value,
 )
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
@@ -31,6 +33,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 n = size_symbol("n")
 i0, i1, r0 = index_var("i", 0), index_var("i", 1), index_var("r", 0)
 u0, u1, x0 = index_var("u", 0), index_var("u", 1), sympy.Symbol("x0", integer=True)
+_, e1, e2 = epilogue_vars()
 
 
 def _program(steps, buffers) -> Program:
@@ -102,6 +105,16 @@ CASES = {
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
                       sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "float32")],
         [X, Buffer("w2", "float32", (4, 8), "weight", "w2"), Buffer("out", "float32", (n, 4), "output", "output")]),
+    # relu(x @ w2^T + bias) + x[:, :4] in bf16, the epilogue fused into the product (ir/epilogue.py)
+    "matmul_bf16_epilogue": _program(
+        [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
+                      StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
+                      sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "bfloat16",
+                      Op("add", (Op("relu", (Op("add", (product_value("bfloat16"), Load("bias", e2, "bfloat16")),
+                                                "float32"),), "float32"), Load("x", 8 * e1 + e2, "bfloat16")),
+                         "float32"))],
+        [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (4, 8), "weight", "w2"),
+         Buffer("bias", "bfloat16", (4,), "weight", "bias"), Buffer("out", "bfloat16", (n, 4), "output", "output")]),
 }
 
 

@@ -67,11 +67,11 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from triton_interp import run_program
 from aotpack.build import capture_model_file
-from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.stages import lower
 from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.verification import relative_error
 captured = capture_model_file(sys.argv[2])
-program = GraphLowering(captured).run()
+program = lower(captured)
 torch.manual_seed(0)
 inputs = [torch.randn(x.shape).to(x.dtype) if x.is_floating_point() else x for x in captured.example_inputs]
 with torch.no_grad():

@@ -30,7 +30,9 @@ from ...ir.kernels import (
     ReductionKernel,
     ScatterKernel,
     StridedView,
+    epilogue_vars,
     operand_vars,
+    product_value,
     split_gather,
 )
 from ...ir.symbolic import contiguous_strides, index_var
@@ -160,10 +162,12 @@ class CppRenderer(KernelRenderer):
                 exprs += scalar.index_exprs(operand.value)
             elif isinstance(operand, StridedView):
                 exprs += [operand.offset, *operand.strides]
+        if k.epilogue is not None:
+            exprs += scalar.index_exprs(k.epilogue)
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
                     a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
-                    b_split=False, dot_rows=False)
+                    b_split=False, dot_rows=False, **self._epilogue(k, arg_names, sym_names))
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
@@ -175,13 +179,12 @@ class CppRenderer(KernelRenderer):
                     b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
         if k.dtype in ("float32", "float16", "bfloat16"):
             a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
-            data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
+            data.update(self.MATMUL_BLOCKS,
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
                         load_b_at=widen_to_float(b_dtype), b_n_contiguous=_unit_stride(k.b, 2),
                         b_packed=isinstance(k.b, PanelView), a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
                         dot_rows=_unit_stride(k.b, 1) and k.a.strides[2] == 1,
-                        load_a_at=widen_to_float(a_dtype),
-                        store=store_to_storage("tile[i * NC + j]", k.dtype))
+                        load_a_at=widen_to_float(a_dtype))
             return data
         acc = "double" if k.dtype == "float64" else "int64_t"
         a_elem = f"{arg_names[k.a.buffer]}[a_off + bi * a_sb + (m0 + i) * a_sm + kk * a_sk]"
@@ -191,6 +194,23 @@ class CppRenderer(KernelRenderer):
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
         return data
+
+    def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str], sym_names: dict[sympy.Symbol, str]) -> dict[str, Any]:
+        """How the float template stores an element of the product (`tile[i * NC + j]`): as is, or through the
+        fused epilogue (ir/epilogue.py), computed per element with e1, e2 its row and column."""
+        out_dtype = self.program.buffers[k.output].dtype
+        element = "tile[i * NC + j]"
+        if k.epilogue is None:
+            return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
+                    "epilogue_lines": None}
+        e0, e1, e2 = epilogue_vars()
+        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
+        # the product rounded to its dtype, as the unfused program stored it for the epilogue's kernel
+        writer.bind(product_value(k.dtype), load_from_storage(store_to_storage(element, k.dtype), k.dtype)
+                    if k.dtype != "float32" else element)
+        value = writer.value(k.epilogue)
+        return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
+                "epilogue_lines": writer.lines}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""
@@ -204,8 +224,7 @@ class CppRenderer(KernelRenderer):
         straight into the panels the micro-kernel reads, instead of copying them from memory."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
-        data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=isinstance(k.b, PanelView),
-                    store=store_to_storage("tile[i * NC + j]", k.dtype))
+        data.update(self.MATMUL_BLOCKS, b_packed=isinstance(k.b, PanelView))
         writer = body_writer(arg_names, names)
         for side, operand in (("a", k.a), ("b", k.b)):
             if not isinstance(operand, GatheredOperand):

@@ -36,11 +36,14 @@ from ...ir.kernels import (
     Program,
     ReductionKernel,
     ScatterKernel,
+    epilogue_vars,
     operand_vars,
+    product_value,
     split_gather,
 )
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
+from .matmul_config import matmul_config
 from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
 
 
@@ -73,6 +76,18 @@ class TritonRenderer(KernelRenderer):
 
     language = "triton"
     language_name = "Triton"
+
+    def __init__(self, program: Program, arch: int | None = None) -> None:
+        super().__init__(program)
+        self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
+
+    def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
+        """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows."""
+        if isinstance(kernel, MatmulKernel):
+            return kernel.m
+        if isinstance(kernel, AttentionKernel):
+            return kernel.q_len
+        return None
 
     def _params(self, kernel: Kernel, exprs: list[sympy.Expr], has_errors: bool,
                 constexprs: dict[str, int]) -> dict[str, Any]:
@@ -242,12 +257,9 @@ class TritonRenderer(KernelRenderer):
         if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
-        m_max, n_max, k_max = self.max(k.m), self.max(k.n), self.max(k.k)
-        wide = k.dtype in ("float32", "float64")
-        bm = min(128 if not wide else 64, max(16, next_pow2(m_max)))
-        bn = min(128 if not wide else 64, max(16, next_pow2(n_max)))
-        bk = min(32 if wide else 64, max(16, next_pow2(k_max)))
-        constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}
+        config = matmul_config(self.max(k.m), self.max(k.n), self.max(k.k), k.dtype, self.arch)
+        bm, bn, bk = config.bm, config.bn, config.bk
+        constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
         exprs = [k.batch, k.m, k.n, k.k]
         operands: dict[str, Any] = {}
         checks: list[Check] = []
@@ -266,6 +278,12 @@ class TritonRenderer(KernelRenderer):
                 exprs += [operand.offset, *operand.strides]
                 operands[side] = {"gather": False, **self.view(operand, writer)}
                 operands[f"{side}_name"] = arg_names[operand.buffer]
+        epilogue = None
+        if k.epilogue is not None:
+            exprs += scalar.index_exprs(k.epilogue)
+            epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
+            epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
+            checks += epilogue_checks
         params = self._params(k, exprs, bool(checks), constexprs)
         compute = "tl.float64" if k.dtype == "float64" else ("tl.float32" if k.dtype == "float32" else None)
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
@@ -279,10 +297,31 @@ class TritonRenderer(KernelRenderer):
             "operand_type": compute or TL_TYPE[k.dtype],
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
-            "store_value": self._store("acc", k.dtype),
-            "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
-                     "num_stages": 3, "errors": [c.what for c in checks], "grid": grid},
+            "epilogue": epilogue,
+            "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
+            else self._store("acc", k.dtype),
+            "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
+                     "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid},
         }
+
+    def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
+                  sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
+        """The fused epilogue (ir/epilogue.py) on the tile: e0, e1, e2 are the program's batch, its rows and its
+        columns; a load that varies along columns only (a bias) reads BN elements, not BM x BN."""
+        e0, e1, e2 = epilogue_vars()
+
+        def guard(load: Load) -> tuple[str, str]:
+            used = load.index.free_symbols
+            if not load.indirect and e1 not in used and e2 in used:
+                return "nmask", "nzero"
+            return "omask", "ozero"
+
+        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "rm[:, None]", e2: "rn[None, :]"}, "omask",
+                             prefix="ep", zero="ozero", guard=guard)
+        rounded = "acc" if k.dtype == "float32" else f"acc.to({TL_TYPE[k.dtype]}).to(tl.float32)"
+        writer.bind(product_value(k.dtype), rounded)  # the product as the unfused program stored it
+        value = writer.value(k.epilogue)
+        return {"lines": writer.lines, "value": value}, writer.checks
 
     def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
         return "attention.py.jinja", self._attention(k)
@@ -380,6 +419,7 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
     raise UnsupportedError(f"reduction {op} has no Triton form")
 
 
-def render_triton_library(program: Program) -> RenderedLibrary:
-    """Every step of a program as Triton: the prelude, then each distinct kernel once."""
-    return render_library(TritonRenderer(program))
+def render_triton_library(program: Program, archs: tuple[int, ...] = ()) -> RenderedLibrary:
+    """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
+    chosen for the newest of `archs` (one source is compiled for them all)."""
+    return render_library(TritonRenderer(program, max(archs) if archs else None))

@@ -24,7 +24,77 @@ Status parse_index_list(const JsonReader& r, const json::Value& obj, const std::
   return Status();
 }
 
+Status find_kernel(const JsonReader& r, const CudaPlan& plan, const json::Value& item, const std::string& path,
+                   size_t* out) {
+  std::string name;
+  AOTPACK_RETURN_IF_ERROR(r.string_field(item, path, "kernel", &name));
+  auto it = std::find_if(plan.kernels.begin(), plan.kernels.end(), [&](const CudaKernelInfo& k) { return k.name == name; });
+  if (it == plan.kernels.end()) return r.error(JsonReader::join(path, "kernel"), str_cat("no kernel ", quoted(name), " in cuda.kernels"));
+  *out = static_cast<size_t>(it - plan.kernels.begin());
+  return Status();
+}
+
+Status parse_grid(const JsonReader& r, const Program& program, const json::Value& item, const std::string& path,
+                  std::array<Expr, 3>* out) {
+  const std::vector<json::Value>* grid;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "grid", &grid));
+  if (grid->size() != 3) return r.error(JsonReader::join(path, "grid"), "expected 3 expressions");
+  for (size_t g = 0; g < 3; ++g) {
+    AOTPACK_RETURN_IF_ERROR(parse_expr((*grid)[g], program.symbol_names, r,
+                                       JsonReader::join(JsonReader::join(path, "grid"), g), &(*out)[g]));
+  }
+  return Status();
+}
+
+// "variants": {"size": EXPR, "buckets": [{"upto": N, "kernel": NAME, "grid": [...]}, ...]}, optional. Every
+// variant's kernel must take the step kernel's parameters (the launch's parameter array is built once per
+// step), and the buckets must ascend.
+Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& program, const json::Value& item,
+                      const std::string& path, CudaStep* step) {
+  const json::Value* variants = item.find("variants");
+  if (!variants) return Status();
+  const std::string vpath = JsonReader::join(path, "variants");
+  if (!variants->is_object()) return r.error(vpath, "expected an object");
+  const json::Value* size = variants->find("size");
+  if (!size) return r.error(vpath, "missing \"size\"");
+  AOTPACK_RETURN_IF_ERROR(parse_expr(*size, program.symbol_names, r, JsonReader::join(vpath, "size"), &step->size));
+  const std::vector<json::Value>* buckets;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(*variants, vpath, "buckets", &buckets));
+  const CudaKernelInfo& own = plan.kernels[step->kernel];
+  for (size_t v = 0; v < buckets->size(); ++v) {
+    const std::string bpath = JsonReader::join(JsonReader::join(vpath, "buckets"), v);
+    CudaVariant variant;
+    AOTPACK_RETURN_IF_ERROR(r.int_field((*buckets)[v], bpath, "upto", &variant.upto));
+    if (!step->variants.empty() && variant.upto <= step->variants.back().upto)
+      return r.error(JsonReader::join(bpath, "upto"), "the buckets must ascend");
+    AOTPACK_RETURN_IF_ERROR(find_kernel(r, plan, (*buckets)[v], bpath, &variant.kernel));
+    const CudaKernelInfo& k = plan.kernels[variant.kernel];
+    if (k.symbols != own.symbols || k.errors.size() != own.errors.size())
+      return r.error(JsonReader::join(bpath, "kernel"), str_cat("kernel ", quoted(k.name), " takes other parameters than the step's kernel ",
+                                                                quoted(own.name), "; variants must differ only in configuration"));
+    AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, (*buckets)[v], bpath, &variant.grid));
+    step->variants.push_back(std::move(variant));
+  }
+  return Status();
+}
+
 }  // namespace
+
+Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid) {
+  *kernel = step.kernel;
+  *grid = &step.grid;
+  if (step.variants.empty()) return Status();
+  int64_t size = 0;
+  AOTPACK_RETURN_IF_ERROR(eval_expr(step.size, symbols, &size));
+  for (const CudaVariant& v : step.variants) {
+    if (size <= v.upto) {
+      *kernel = v.kernel;
+      *grid = &v.grid;
+      break;
+    }
+  }
+  return Status();
+}
 
 Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_doc, const Program& program,
                        bool* present, CudaPlan* out) {
@@ -82,11 +152,7 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
     std::string path = JsonReader::join("cuda.steps", s);
     const json::Value& item = (*steps)[s];
     CudaStep step;
-    std::string name;
-    AOTPACK_RETURN_IF_ERROR(r.string_field(item, path, "kernel", &name));
-    auto it = std::find_if(plan.kernels.begin(), plan.kernels.end(), [&](const CudaKernelInfo& k) { return k.name == name; });
-    if (it == plan.kernels.end()) return r.error(JsonReader::join(path, "kernel"), str_cat("no kernel ", quoted(name), " in cuda.kernels"));
-    step.kernel = static_cast<size_t>(it - plan.kernels.begin());
+    AOTPACK_RETURN_IF_ERROR(find_kernel(r, plan, item, path, &step.kernel));
     const std::vector<json::Value>* args;
     AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "args", &args));
     for (size_t a = 0; a < args->size(); ++a) {
@@ -96,13 +162,8 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
       step.args.push_back(index_of_id[(*args)[a].as_int()]);
     }
     if (step.args.empty()) return r.error(JsonReader::join(path, "args"), "a step needs at least its output buffer");
-    const std::vector<json::Value>* grid;
-    AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "grid", &grid));
-    if (grid->size() != 3) return r.error(JsonReader::join(path, "grid"), "expected 3 expressions");
-    for (size_t g = 0; g < 3; ++g) {
-      AOTPACK_RETURN_IF_ERROR(parse_expr((*grid)[g], program.symbol_names, r,
-                                         JsonReader::join(JsonReader::join(path, "grid"), g), &step.grid[g]));
-    }
+    AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, item, path, &step.grid));
+    AOTPACK_RETURN_IF_ERROR(parse_variants(r, plan, program, item, path, &step));
     plan.steps.push_back(std::move(step));
   }
   *out = std::move(plan);
