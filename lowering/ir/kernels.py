@@ -200,7 +200,7 @@ class AttentionKernel:
 
     out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) * v[b, h // group, j, :], where
     s = scale * q[b, h, i, :] . k[b, h // group, j, :] (+ mask, or -inf where a boolean mask is false, or
-    where `causal` and j > i) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
+    where `causal` and j > i + causal_offset) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
     [batch, heads, rows, dim] views. `mask` is a scalar expression of the index variables i0..i3 (b, h, i, j),
     so a mask computed from inputs (padding, causal, ALiBi) is fused instead of stored. The output is
     contiguous [batch, q_len, heads, value_dim]: the layout models reshape attention's result into.
@@ -222,6 +222,9 @@ class AttentionKernel:
     causal: bool
     mask: Node | None
     dtype: str
+    # The diagonal of causal attention, an expression of the symbols: 0 for is_causal; a mask proved causal
+    # (ir/mask_structure.py) may put it elsewhere, e.g. past the cached keys.
+    causal_offset: sympy.Expr = sympy.Integer(0)
 
     family = "attention"
 

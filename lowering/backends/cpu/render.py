@@ -268,8 +268,9 @@ class CppRenderer(KernelRenderer):
         if k.mask is not None:
             mask = writer.value(k.mask)
             score = f"({mask} ? {score} : -INFINITY)" if k.mask.dtype == "bool" else f"{score} + static_cast<float>({mask})"
+        diagonal = _diagonal(k, writer)
         if k.causal:
-            score = f"(i3 > i2 ? -INFINITY : {score})"
+            score = f"(i3 > i2{diagonal} ? -INFINITY : {score})"
         views = {"q": k.q, "k": k.k, "v": k.v}
         dtypes = {name: self.program.buffers[view.buffer].dtype for name, view in views.items()}
         exprs = [k.batch, k.heads, k.q_len, k.kv_len]
@@ -277,11 +278,14 @@ class CppRenderer(KernelRenderer):
             exprs += [view.offset, *view.strides]
         if k.mask is not None:
             exprs += scalar.index_exprs(k.mask)
+        if k.causal:
+            exprs.append(k.causal_offset)
         data = self._common(k, exprs)
         data.update(self.ATTENTION_BLOCKS, batch=writer.index(k.batch), heads=writer.index(k.heads),
                     group=str(int(k.heads) // int(k.kv_heads)), q_len=writer.index(k.q_len),
                     kv_len=writer.index(k.kv_len), head_dim=int(k.head_dim), value_dim=int(k.value_dim),
                     value_dim_padded=_round_up(int(k.value_dim), 16), scale=f"{k.scale!r}f", causal=k.causal,
+                    diagonal=diagonal,
                     mask=k.mask is not None, mask_lines=writer.lines, mask_hoisted=writer.hoisted,
                     masked_score=score, out_ctype=STORAGE_CTYPE[k.dtype],
                     store=store_to_storage("acc[i * DVP + d] * inv", k.dtype))
@@ -291,6 +295,13 @@ class CppRenderer(KernelRenderer):
                          f"{name}_name": arg_names[view.buffer],
                          f"load_{name}": f"static_cast<float>({load_from_storage(element, dtypes[name])})"})
         return "attention.cpp.jinja", data
+
+
+def _diagonal(k: AttentionKernel, writer: BodyWriter) -> str:
+    """` + offset` of causal attention's diagonal in the kernel's spelling, "" for the main diagonal."""
+    if not k.causal or k.causal_offset == 0:
+        return ""
+    return f" + ({writer.index(k.causal_offset)})"
 
 
 def _unit_stride(operand: StridedView | PanelView, dim: int) -> bool:

@@ -359,13 +359,17 @@ class TritonRenderer(KernelRenderer):
         bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self.max(k.kv_len))))
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
+        if k.causal:
+            exprs.append(k.causal_offset)
+        diagonal = f" + ({writer.index(k.causal_offset)})" if k.causal and k.causal_offset != 0 else ""
         views = {"q": k.q, "k": k.k, "v": k.v}
         for view in views.values():
             exprs += [view.offset, *view.strides]
         params = self._params(k, exprs, bool(writer.checks), constexprs)
         data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
                 "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
-                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "mask": k.mask is not None,
+                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
+                "mask": k.mask is not None,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 2 if wide else 3,
