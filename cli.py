@@ -181,8 +181,8 @@ def _bucket_lines(cuda: dict[str, Any] | None) -> list[str]:
             v = step["variants"]
             key = (json.dumps(v["size"]), tuple((b["upto"], b["kernel"]) for b in v["buckets"]), step["kernel"])
             groups[key] = groups.get(key, 0) + 1
-    lines = [f"cuda:     {len(cuda['kernels'])} kernels; {sum(groups.values())} of {len(cuda['steps'])} steps have "
-             "kernels per bucket of a size:"] if groups else []
+    lines = [(f"cuda:     {len(cuda['kernels'])} kernels; {sum(groups.values())} of {len(cuda['steps'])} steps have "
+              "kernels per bucket of a size:")] if groups else []
     for (size, buckets, whole), count in groups.items():
         family = config[whole].get("family", "kernel")
         lines.append(f"  {count} {family} step(s), buckets of {format_size(json.loads(size))}:")

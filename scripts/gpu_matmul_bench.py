@@ -59,6 +59,14 @@ def product_program(n: int, k: int, layout: str, hi: int):
     return Program((Symbol("rows", 1, hi),), {b.name: b for b in (x, w, out)}, (step,), ("x",), ("out",))
 
 
+def copy_bandwidth() -> float:
+    """GB/s of a device-to-device copy of 1 GiB, counting the bytes read and written."""
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench_cudagraph(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / ms / 1e6
+
+
 def main() -> int:
     import triton_interp
     from aotpack.lowering.backends.cuda.render import render_triton_library
@@ -73,12 +81,8 @@ def main() -> int:
     start = time.monotonic()
     major, minor = torch.cuda.get_device_capability(0)
     arch = major * 10 + minor
-    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")  # 1 GiB
-    dst = torch.empty_like(src)
-    copy_ms = do_bench_cudagraph(lambda: dst.copy_(src))
-    copy_gbs = 2 * src.numel() * 2 / copy_ms / 1e6
+    copy_gbs = copy_bandwidth()
     print(f"copy bandwidth: {copy_gbs:.0f} GB/s (1 GiB read + written)", flush=True)
-    del src, dst
     results = {"device": torch.cuda.get_device_name(0), "arch": arch, "copy_gb_s": copy_gbs, "points": []}
     cases = [(name, m) for name in SHAPES for m in (ROWS + (BERT_ROWS if name.startswith("bert") else ()))]
     cases.append(("square_4096", SQUARE))
@@ -109,14 +113,16 @@ def main() -> int:
         if args.sweep:
             configs += [c for c in CANDIDATES if c not in configs]
         bytes_moved = 2 * (m * k + k * n + m * n)
-        cublas_ms = do_bench_cudagraph(lambda: torch.matmul(x, w.T if layout == "linear" else w))
+        b = w.T if layout == "linear" else w
+        cublas_ms = do_bench_cudagraph(lambda x=x, b=b: torch.matmul(x, b))
         point = {"shape": name, "m": m, "n": n, "k": k, "layout": layout, "cublas_ms": cublas_ms, "configs": []}
         for bm, bn, bk, warps, stages in configs:
             launch_grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1) if (bm, bn) != (table["BM"], table["BN"]) \
                 else tuple(evaluate(g, values) for g in grid)
 
-            def run(bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, launch_grid=launch_grid):
-                fn[launch_grid](x, w, out, m, BM=bm, BN=bn, BK=bk, GROUP_M=table["GROUP_M"], num_warps=warps,
+            def run(bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, launch_grid=launch_grid, fn=fn, x=x, w=w,
+                    out=out, m=m, group_m=table["GROUP_M"]):
+                fn[launch_grid](x, w, out, m, BM=bm, BN=bn, BK=bk, GROUP_M=group_m, num_warps=warps,
                                 num_stages=stages)
 
             try:

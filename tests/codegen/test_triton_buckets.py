@@ -33,7 +33,6 @@ def test_bucket_rule_cuts_after_16_128_512_2048_then_every_factor_of_4():
 
 def _linear(rows: sympy.Expr, n: int, k: int, dtype: str, hi: int) -> Program:
     """out[rows, n] = x[rows, k] @ w[n, k]^T, as nn.Linear lowers (the weight read transposed)."""
-    s = size_symbol("s")
     x = Buffer("x", dtype, (rows, sympy.Integer(k)), "input", "x")
     w = Buffer("w", dtype, (sympy.Integer(n), sympy.Integer(k)), "weight", "w")
     out = Buffer("out", dtype, (rows, sympy.Integer(n)), "output", "out")
