@@ -626,17 +626,32 @@ class Wide(nn.Module):
         return self.fc(x)
 
 
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
-def test_each_run_launches_the_variant_of_its_bucket(runtime_build, tmp_path, graphs):
-    """A step with kernels per bucket of its rows launches the first bucket holding the run's rows, with that
-    variant's grid; sizes above every bucket launch the step's own kernel."""
+@pytest.fixture(scope="module")
+def wide_package(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wide")
     torch.manual_seed(0)
-    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
-                     {"n": (1, 600)})
+    spec = ModelSpec(tmp / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}}, {"n": (1, 600)})
     plan = resolve_symbols(spec)
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
-                                                                             CudaTarget((90,)))).path
+    return build_package(captured, tmp / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"), CudaTarget((90,)))).path
+
+
+def test_inspect_shows_each_buckets_configuration(wide_package):
+    from aotpack.cli import main
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, ["inspect", str(wide_package)])
+    assert result.exit_code == 0, result.output
+    assert "steps have kernels per bucket of a size:" in result.output
+    assert "1 matmul step(s), buckets of n:" in result.output
+    assert "    <= " in result.output and "    above: " in result.output and "BM=" in result.output
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_each_run_launches_the_variant_of_its_bucket(runtime_build, wide_package, tmp_path, graphs):
+    """A step with kernels per bucket of its rows launches the first bucket holding the run's rows, with that
+    variant's grid; sizes above every bucket launch the step's own kernel."""
+    path = wide_package
     with zipfile.ZipFile(path) as z:
         steps = json.loads(z.read("program.json"))["cuda"]["steps"]
     (matmul,) = [s for s in steps if "variants" in s]
