@@ -151,7 +151,19 @@ Status aotpack_session::plan_buffers() {
   return Status();
 }
 
+Status aotpack_session::in_use_error(const char* call) {
+  return invalid_argument(call, " was called while another thread is using this session: a session serves one "
+                          "thread at a time; create one session per thread (sessions of one model share its "
+                          "weights and kernels)");
+}
+
 Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_run");
+  return run_impl(inputs, num_inputs);
+}
+
+Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs) {
   have_outputs_ = false;
   AOTPACK_RETURN_IF_ERROR(check_inputs(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(plan_buffers());
@@ -163,6 +175,8 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
 }
 
 Status aotpack_session::output(size_t index, aotpack_tensor_t* out) const {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_output");
   const Program& p = model_->program();
   if (index >= p.outputs.size())
     return invalid_argument("output index ", index, " is out of range: the model has ", p.outputs.size(), " outputs");
