@@ -8,8 +8,6 @@
 namespace aotpack {
 namespace {
 
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
 struct Interval {
   int64_t lo = 0, hi = 0;
 };
