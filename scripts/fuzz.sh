@@ -19,7 +19,7 @@ SEEDS="$BUILD/seeds"
 mkdir -p "$SEEDS/package" "$SEEDS/plan" "$SEEDS/base" "$BUILD/crashes/fuzz_package" "$BUILD/crashes/fuzz_plan"
 if [ ! -f "$SEEDS/mlp.aotpack" ]; then
   AOTPACK_RUNTIME_LIB="$PWD/build/runtime/libaotpack.so" $PY -m aotpack.cli export examples/mlp/model.py \
-    --dynamic batch=1..8 -o "$SEEDS/mlp.aotpack" > /dev/null
+    --dynamic batch=1..8 -o "$SEEDS/mlp.aotpack" > "$BUILD/seed-export.log" 2>&1
 fi
 cp "$SEEDS/mlp.aotpack" "$SEEDS/package/"
 # The base package's members as files, for fuzz_plan, and its program.json as a seed.

@@ -41,7 +41,7 @@ bool write_all(int fd, const uint8_t* data, size_t size) {
 
 Status KernelLibrary::open(const std::string& member, const uint8_t* data, size_t size,
                            std::unique_ptr<KernelLibrary>* out) {
-  AOTPACK_RETURN_IF_ERROR(check_elf_image(member, data, size));
+  AOTPACK_RETURN_IF_ERROR(check_elf_image(member, host_shared_library(), data, size));
   std::unique_ptr<KernelLibrary> lib(new KernelLibrary());
   lib->member_ = member;
   std::string path;

@@ -16,14 +16,18 @@ constexpr const char* kHostMachineName = "aarch64";
 #else
 #error "add this architecture's ELF machine here"
 #endif
+constexpr uint16_t kCudaMachine = 190;  // EM_CUDA, which older elf.h files lack
 
 // [offset, offset + length) inside [0, size), with no overflow.
 bool inside(uint64_t offset, uint64_t length, size_t size) { return offset <= size && length <= size - offset; }
 
 }  // namespace
 
-Status check_elf_image(const std::string& member, const uint8_t* data, size_t size) {
-  auto bad = [&](const auto&... what) { return data_loss(member, " is not a whole kernel library: ", what...); };
+ElfKind host_shared_library() { return {kHostMachine, ET_DYN, "kernel library", kHostMachineName}; }
+ElfKind cuda_cubin() { return {kCudaMachine, ET_EXEC, "cubin", "CUDA"}; }
+
+Status check_elf_image(const std::string& member, const ElfKind& kind, const uint8_t* data, size_t size) {
+  auto bad = [&](const auto&... what) { return data_loss(member, " is not a whole ", kind.what, ": ", what...); };
   Elf64_Ehdr eh;
   if (size < sizeof(eh)) return bad(size, " bytes, less than an ELF header");
   std::memcpy(&eh, data, sizeof(eh));  // copies: the member's bytes need not be aligned for the struct
@@ -33,11 +37,12 @@ Status check_elf_image(const std::string& member, const uint8_t* data, size_t si
     return bad("ELF class ", int{eh.e_ident[EI_CLASS]}, " and data encoding ", int{eh.e_ident[EI_DATA]}, " are not ELF's");
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB)
     return unsupported(member, " is a 32-bit or big-endian ELF file; this runtime loads 64-bit little-endian ones");
-  if (eh.e_machine != kHostMachine)
-    return unsupported(member, " is built for ELF machine ", eh.e_machine, ", not this host's (", kHostMachineName, ")");
-  if (eh.e_type != ET_DYN) return bad("ELF type ", eh.e_type, " is not a shared object");
+  if (eh.e_machine != kind.machine)
+    return unsupported(member, " is built for ELF machine ", eh.e_machine, ", not ", kind.machine_name, " (",
+                       kind.machine, ")");
+  if (eh.e_type != kind.type) return bad("ELF type ", eh.e_type, ", expected ", kind.type);
   if (eh.e_ehsize != sizeof(Elf64_Ehdr)) return bad("ELF header size ", eh.e_ehsize);
-  if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Elf64_Phdr))
+  if (eh.e_phnum > 0 && eh.e_phentsize != sizeof(Elf64_Phdr))
     return bad(eh.e_phnum, " program headers of ", eh.e_phentsize, " bytes");
   if (!inside(eh.e_phoff, uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr), size))
     return bad("its ", eh.e_phnum, " program headers at ", eh.e_phoff, " run past its ", size, " bytes");
@@ -55,7 +60,7 @@ Status check_elf_image(const std::string& member, const uint8_t* data, size_t si
     if (ph.p_type == PT_LOAD && ph.p_filesz > ph.p_memsz)
       return bad("segment ", i, " has more file bytes (", ph.p_filesz, ") than memory (", ph.p_memsz, ")");
   }
-  if (!loads) return bad("no loadable segment");
+  if (!loads && kind.type == ET_DYN) return bad("no loadable segment");
   if (eh.e_shnum > 0) {
     if (eh.e_shentsize != sizeof(Elf64_Shdr)) return bad("section header size ", eh.e_shentsize);
     if (!inside(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr), size))
