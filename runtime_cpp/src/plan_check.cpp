@@ -50,7 +50,7 @@ Status bound(const Expr& e, const std::vector<Symbol>& symbols, Interval* out) {
       }
       case Expr::Op::kFloorDiv: {
         if (b.lo <= 0 && b.hi >= 0) return unbounded("divides by a value that may be 0");
-        if (b.lo == -1 && r.lo == std::numeric_limits<int64_t>::min()) return unbounded("overflows int64");
+        if (r.lo == std::numeric_limits<int64_t>::min() && b.lo <= -1 && b.hi >= -1) return unbounded("overflows int64");
         int64_t q[4] = {floor_div(r.lo, b.lo), floor_div(r.lo, b.hi), floor_div(r.hi, b.lo), floor_div(r.hi, b.hi)};
         r = {*std::min_element(q, q + 4), *std::max_element(q, q + 4)};
         break;
