@@ -134,6 +134,34 @@ def _shape(shape: list[Any]) -> str:
     return "[" + ", ".join(json.dumps(d) if not isinstance(d, str) else d for d in shape) + "]"
 
 
+def _bucket_lines(cuda: dict[str, Any] | None) -> list[str]:
+    """The CUDA steps with kernels per bucket of a size, each distinct set once: its buckets' configurations."""
+    from .packages.program import format_size
+
+    if not cuda:
+        return []
+    config = {k["name"]: k for k in cuda["kernels"]}
+
+    def describe(name: str) -> str:
+        c = config[name].get("config")
+        return " ".join(f"{k}={v}" for k, v in c.items()) if c else name
+
+    groups: dict[tuple, int] = {}
+    for step in cuda["steps"]:
+        if "variants" in step:
+            v = step["variants"]
+            key = (json.dumps(v["size"]), tuple((b["upto"], b["kernel"]) for b in v["buckets"]), step["kernel"])
+            groups[key] = groups.get(key, 0) + 1
+    lines = [f"cuda:     {len(cuda['kernels'])} kernels; {sum(groups.values())} of {len(cuda['steps'])} steps have "
+             "kernels per bucket of a size:"] if groups else []
+    for (size, buckets, whole), count in groups.items():
+        family = config[whole].get("family", "kernel")
+        lines.append(f"  {count} {family} step(s), buckets of {format_size(json.loads(size))}:")
+        lines += [f"    <= {upto}: {describe(kernel)}" for upto, kernel in buckets]
+        lines.append(f"    above: {describe(whole)}")
+    return lines
+
+
 @main.command()
 @click.argument("package", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
@@ -164,6 +192,8 @@ def inspect(package: str, as_json: bool) -> None:
     click.echo(f"weights:  {len(weights) / 1e6:.2f} MB")
     click.echo(f"arena:    {program.arena_bytes / 1e6:.2f} MB at the declared maxima")
     click.echo(f"kernels:  {len({s.kernel for s in program.steps})} distinct, {len(program.steps)} steps")
+    for line in _bucket_lines(program.sections.get("cuda")):
+        click.echo(line)
     from .verification import verification_table
 
     for line in verification_table(m.get("verification")):

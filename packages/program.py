@@ -146,3 +146,14 @@ def evaluate_size(dim: Any, symbols: Mapping[str, int]) -> int:
     if op in ("max", "min"):
         return (max if op == "max" else min)(values)
     raise ValueError(f"a size expression with an unknown op {op!r}")
+
+
+def format_size(dim: Any) -> str:
+    """A size in program.json's form as people write it: batch*seq, (seq + 15)//16."""
+    if isinstance(dim, (int, str)):
+        return str(dim)
+    op, *args = dim
+    if op in ("max", "min"):
+        return f"{op}({', '.join(format_size(a) for a in args)})"
+    parts = [format_size(a) if isinstance(a, (int, str)) else f"({format_size(a)})" for a in args]
+    return (op if op in ("*", "//", "%") else f" {op} ").join(parts)

@@ -39,10 +39,10 @@ def main() -> int:
     plan = resolve_symbols(spec, plan_ranges)
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
     program = GraphLowering(captured).run()
-    library = render_triton_library(program)
+    major, minor = torch.cuda.get_device_capability(0)
+    library = render_triton_library(program, (major * 10 + minor,))  # the configurations the export picks
     family = {k.name: k.family for k in library.kernels}
     shapes = {k.name: f"{dict(k.constexprs)} warps {k.num_warps}" for k in library.kernels}
-    major, minor = torch.cuda.get_device_capability(0)
     path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
     export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=sys.argv[4] if len(sys.argv) > 4 else "bf16",
                 cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor))

@@ -4,6 +4,11 @@ A backend's renderer subclasses `KernelRenderer` with one method per kernel fami
 `Kernel.family`: pointwise, reduction, scatter, matmul, attention) that returns the template to render
 and the plain data it gets, and `finish`, which names the rendered kernel (a hash of its source, so a
 model's repeated layers share one kernel) and records what the backend needs to compile and launch it.
+
+A renderer may name a kernel's deciding size (`deciding_size`: a matrix product's rows, say); the step is
+then rendered once per bucket of that size's range (ir/buckets.py), with `max` of the size capped at the
+bucket's top, so each bucket's configuration is chosen for the sizes it covers. Buckets that render the
+same kernel merge; a step whose buckets all agree has one kernel, as without buckets.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from typing import Any
 import sympy
 
 from ...errors import UnsupportedError
+from ..ir.buckets import bucket_uppers
 from ..ir.kernels import Kernel, Program, StridedView
-from ..ir.symbolic import upper_bound
+from ..ir.symbolic import lower_bound, upper_bound
 from .body import BodyWriter
 from .templates import template_env
 
@@ -25,6 +31,25 @@ class RenderedKernel:
     name: str
     family: str
     source: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A step's kernel for the sizes up to `upto` of its deciding size (above the previous variant's)."""
+
+    upto: int
+    kernel: str
+    launch: Any
+
+
+@dataclass(frozen=True)
+class StepVariants:
+    """A step's kernels per bucket of `size`: the first variant whose `upto` the size does not exceed runs;
+    above them all, the step's own kernel (rendered for the whole range) runs, which is also what a runtime
+    that ignores variants runs: every variant computes the same result."""
+
+    size: sympy.Expr
+    variants: tuple[Variant, ...]
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,10 @@ class RenderedLibrary:
     step_kernels: tuple[str, ...]  # kernel name of each program step
     step_args: tuple[tuple[str, ...], ...]  # buffer names passed to each step: its reads, then its output
     step_launches: tuple[Any, ...]  # what the runtime needs to launch each step (CUDA: the grid), or None
+    step_variants: tuple[StepVariants | None, ...] = ()  # per step: its kernels per bucket, or None
+
+    def variants_of(self, step: int) -> StepVariants | None:
+        return self.step_variants[step] if self.step_variants else None
 
 
 class KernelRenderer:
@@ -49,6 +78,7 @@ class KernelRenderer:
         self.env = template_env(self.language)
         self.symbol_index = {s.expr: i for i, s in enumerate(program.symbols)}
         self.ranges = {s.expr: (s.min, s.max) for s in program.symbols}
+        self._cap: tuple[sympy.Expr, int] | None = None  # (deciding size, bucket top) while rendering a variant
 
     def args(self, kernel: Kernel) -> list[str]:
         """The buffers a kernel takes, in order: what it reads, then its output."""
@@ -68,8 +98,39 @@ class KernelRenderer:
         return [(s, i) for s, i in self.symbol_index.items() if s in used]
 
     def max(self, expr: sympy.Expr) -> int:
-        """The largest value of a size over the declared ranges (at least 1): what block sizes are chosen for."""
-        return max(upper_bound(expr, self.ranges), 1)
+        """The largest value of a size over the declared ranges (at least 1): what block sizes are chosen for.
+        While a bucket's variant renders, its deciding size is capped at the bucket's top."""
+        top = max(upper_bound(expr, self.ranges), 1)
+        if self._cap is not None and sympy.sympify(expr) == self._cap[0]:
+            return min(top, self._cap[1])
+        return top
+
+    def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
+        """The size whose buckets get variants of this kernel, or None: one kernel for the whole range."""
+        return None
+
+    def render_variants(self, kernel: Kernel) -> tuple[RenderedKernel, Any, list[tuple[RenderedKernel, Variant]]]:
+        """The kernel for the whole range and its launch, and the variants of the buckets below the top one
+        that differ from it (with their rendered kernels)."""
+        whole, launch = self.render(kernel)
+        size = self.deciding_size(kernel)
+        if size is None or sympy.sympify(size).is_Integer:
+            return whole, launch, []
+        uppers = bucket_uppers(max(lower_bound(size, self.ranges), 1), self.max(size))
+        variants: list[tuple[RenderedKernel, Variant]] = []
+        try:
+            for upto in uppers[:-1]:
+                self._cap = (sympy.sympify(size), upto)
+                rendered, bucket_launch = self.render(kernel)
+                if variants and variants[-1][0].name == rendered.name:
+                    variants[-1] = (rendered, Variant(upto, rendered.name, bucket_launch))  # same kernel: widen
+                else:
+                    variants.append((rendered, Variant(upto, rendered.name, bucket_launch)))
+        finally:
+            self._cap = None
+        while variants and variants[-1][0].name == whole.name:  # the top buckets that agree with the whole range
+            variants.pop()
+        return whole, launch, variants
 
     @staticmethod
     def view(view: StridedView, writer: BodyWriter) -> dict[str, Any]:
@@ -99,16 +160,20 @@ class KernelRenderer:
 def render_library(renderer: KernelRenderer) -> RenderedLibrary:
     """Every step of the renderer's program: the prelude, then each distinct kernel once."""
     kernels: dict[str, RenderedKernel] = {}
-    names, args, launches = [], [], []
+    names, args, launches, step_variants = [], [], [], []
     for step in renderer.program.steps:
-        rendered, launch = renderer.render(step)
-        kernels.setdefault(rendered.name, rendered)
+        rendered, launch, variants = renderer.render_variants(step)
+        for kernel in (rendered, *(k for k, _ in variants)):
+            kernels.setdefault(kernel.name, kernel)
         names.append(rendered.name)
         args.append(tuple(renderer.args(step)))
         launches.append(launch)
+        step_variants.append(StepVariants(renderer.deciding_size(step), tuple(v for _, v in variants))
+                             if variants else None)
     prelude = renderer.prelude(list(kernels.values()))
     source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
     epilogue = renderer.epilogue(list(kernels.values()))
     if epilogue:
         source += "\n" + epilogue
-    return RenderedLibrary(source, prelude, tuple(kernels.values()), tuple(names), tuple(args), tuple(launches))
+    return RenderedLibrary(source, prelude, tuple(kernels.values()), tuple(names), tuple(args), tuple(launches),
+                           tuple(step_variants))

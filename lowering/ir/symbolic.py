@@ -67,6 +67,17 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> i
     return int(bound.upper)
 
 
+def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
+    """The smallest value `expr` takes over the symbols' declared ranges."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    bound = bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
+    if not bound.lower.is_Integer:
+        raise UnsupportedError(f"cannot bound the size {expr} over the declared ranges")
+    return int(bound.lower)
+
+
 def evaluate(expr: Expr, values: Mapping[sympy.Symbol, int]) -> int:
     result = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in values.items()})
     if not result.is_Integer:

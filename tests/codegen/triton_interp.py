@@ -112,7 +112,13 @@ def run_program(program: Program, library: RenderedLibrary, inputs: list[torch.T
     sym_values = [values.get(s.expr, 0) for s in program.symbols]
     if state is not None:
         state.update(buffers=buffers, values=values, sym_values=sym_values)
-    for kname, args, grid in zip(library.step_kernels, library.step_args, library.step_launches):
+    for step, (kname, args, grid) in enumerate(zip(library.step_kernels, library.step_args, library.step_launches)):
+        variants = library.variants_of(step)
+        if variants is not None:  # the runtime's choice: the first bucket the deciding size fits
+            size = evaluate(variants.size, values)
+            chosen = next((v for v in variants.variants if size <= v.upto), None)
+            if chosen is not None:
+                kname, grid = chosen.kernel, chosen.launch
         kernel = kernels[kname]
         grid = tuple(evaluate(g, values) for g in grid)
         if 0 in grid:

@@ -556,7 +556,6 @@ def cuda_mutants(path):
 
 
 def test_a_damaged_cuda_part_is_refused_before_any_launch(runtime_build, package, tmp_path):
-    sys.path.insert(0, os.path.dirname(__file__))
     failures = []
     for i, (kind, expect, data) in enumerate(cuda_mutants(package[0])):
         path = tmp_path / f"c{i}.aotpack"
@@ -571,3 +570,74 @@ def test_a_damaged_cuda_part_is_refused_before_any_launch(runtime_build, package
         if cpu.returncode != 0:  # the CPU part is intact: the package still runs there
             failures.append(f"{kind} on the CPU: exit {cpu.returncode}, {cpu.stderr[-300:]!r}")
     assert not failures, "\n".join(failures)
+
+
+class Wide(nn.Module):
+    """A product whose best tiles change over 1..600 rows (lowering/ir/buckets.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 512)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_each_run_launches_the_variant_of_its_bucket(runtime_build, tmp_path, graphs):
+    """A step with kernels per bucket of its rows launches the first bucket holding the run's rows, with that
+    variant's grid; sizes above every bucket launch the step's own kernel."""
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 600)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
+                                                                             CudaTarget((90,)))).path
+    with zipfile.ZipFile(path) as z:
+        steps = json.loads(z.read("program.json"))["cuda"]["steps"]
+    (matmul,) = [s for s in steps if "variants" in s]
+    buckets = matmul["variants"]["buckets"]
+    assert matmul["variants"]["size"] == "n" and len(buckets) >= 1, matmul
+    expected = {}
+    for n in (1, 200, 600):
+        chosen = next((b for b in buckets if n <= b["upto"]), matmul)
+        expected[n] = chosen["kernel"]
+    assert len(set(expected.values())) >= 2, expected
+    trace = tmp_path / "trace.txt"
+    result = run_python(runtime_build, f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs={graphs})
+        for n in (1, 200, 600):
+            (out,) = session.run([np.ones((n, 8), np.float32)])
+            assert out.shape == (n, 512), out.shape
+        """, FAKE_CUDA_TRACE=str(trace))
+    assert result.returncode == 0, result.stderr
+    launches = [[line for line in run if "cuLaunchKernel(" in line] for run in runs_of(trace)]
+    for n, run in zip((1, 200, 600), launches):
+        assert any(f"cuLaunchKernel({expected[n]}," in line for line in run), (n, expected[n], run)
+
+
+def test_each_bucket_variant_is_checked_like_the_step(runtime_build, tmp_path):
+    """plan checks run over every (step, kernel, grid) alternative: a variant's grid past the device limit is
+    refused at load, naming the bucket, though the step's own launch is fine."""
+    from corrupt_packages import pack, read_entries
+
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 600)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
+                                                                             CudaTarget((90,)))).path
+    entries = read_entries(path.read_bytes())
+    program = json.loads(entries["program.json"])
+    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "variants" in s)
+    program["cuda"]["steps"][index]["variants"]["buckets"][0]["grid"] = [1, 2**20, 1]
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
+    result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+    assert result.returncode == 1, result.stderr
+    assert f"program.json cuda.steps[{index}].variants.buckets[0].grid[1] 1048576 is 1048576 at the minima" in result.stderr

@@ -22,7 +22,7 @@ class CudaBackend(Backend):
         return self.target.archs
 
     def render(self, program: Program) -> RenderedLibrary:
-        return render_triton_library(program)
+        return render_triton_library(program, self.archs)
 
     def compile(self, library: RenderedLibrary) -> dict[int, Any]:
         """arch -> compile.CompiledArch."""
@@ -35,11 +35,22 @@ class CudaBackend(Backend):
                          f"PTX {c.ptx_version}" for arch, c in binaries.items())
 
     def plan_section(self, library: RenderedLibrary, ids: dict[str, int]) -> dict[str, Any]:
-        """The kernels' symbols and error messages, and each step's launch grid (docs/package-format.md)."""
+        """The kernels' symbols and error messages, and each step's launch grid and its kernels per bucket of
+        its deciding size (docs/package-format.md)."""
+        steps = []
+        for i, (kernel, args, grid) in enumerate(zip(library.step_kernels, library.step_args, library.step_launches)):
+            step: dict[str, Any] = {"kernel": kernel, "args": [ids[a] for a in args], "grid": [to_json(g) for g in grid]}
+            variants = library.variants_of(i)
+            if variants is not None:
+                step["variants"] = {"size": to_json(variants.size), "buckets": [
+                    {"upto": v.upto, "kernel": v.kernel, "grid": [to_json(g) for g in v.launch]}
+                    for v in variants.variants]}
+            steps.append(step)
         return {
-            "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors)} for k in library.kernels],
-            "steps": [{"kernel": k, "args": [ids[a] for a in args], "grid": [to_json(g) for g in grid]}
-                      for k, args, grid in zip(library.step_kernels, library.step_args, library.step_launches)],
+            "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors), "family": k.family,
+                         "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages}}
+                        for k in library.kernels],
+            "steps": steps,
         }
 
     def package_members(self, artifacts: Artifacts) -> dict[str, bytes]:

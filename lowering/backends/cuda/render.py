@@ -41,6 +41,7 @@ from ...ir.kernels import (
 )
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
+from .matmul_config import matmul_config
 from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
 
 
@@ -73,6 +74,18 @@ class TritonRenderer(KernelRenderer):
 
     language = "triton"
     language_name = "Triton"
+
+    def __init__(self, program: Program, arch: int | None = None) -> None:
+        super().__init__(program)
+        self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
+
+    def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
+        """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows."""
+        if isinstance(kernel, MatmulKernel):
+            return kernel.m
+        if isinstance(kernel, AttentionKernel):
+            return kernel.q_len
+        return None
 
     def _params(self, kernel: Kernel, exprs: list[sympy.Expr], has_errors: bool,
                 constexprs: dict[str, int]) -> dict[str, Any]:
@@ -242,12 +255,9 @@ class TritonRenderer(KernelRenderer):
         if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
-        m_max, n_max, k_max = self.max(k.m), self.max(k.n), self.max(k.k)
-        wide = k.dtype in ("float32", "float64")
-        bm = min(128 if not wide else 64, max(16, next_pow2(m_max)))
-        bn = min(128 if not wide else 64, max(16, next_pow2(n_max)))
-        bk = min(32 if wide else 64, max(16, next_pow2(k_max)))
-        constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}
+        config = matmul_config(self.max(k.m), self.max(k.n), self.max(k.k), k.dtype, self.arch)
+        bm, bn, bk = config.bm, config.bn, config.bk
+        constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
         exprs = [k.batch, k.m, k.n, k.k]
         operands: dict[str, Any] = {}
         checks: list[Check] = []
@@ -280,8 +290,8 @@ class TritonRenderer(KernelRenderer):
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
             "store_value": self._store("acc", k.dtype),
-            "meta": {"constexprs": constexprs, "num_warps": 8 if bm * bn >= 128 * 128 else 4,
-                     "num_stages": 3, "errors": [c.what for c in checks], "grid": grid},
+            "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
+                     "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid},
         }
 
     def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
@@ -376,6 +386,7 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
     raise UnsupportedError(f"reduction {op} has no Triton form")
 
 
-def render_triton_library(program: Program) -> RenderedLibrary:
-    """Every step of a program as Triton: the prelude, then each distinct kernel once."""
-    return render_library(TritonRenderer(program))
+def render_triton_library(program: Program, archs: tuple[int, ...] = ()) -> RenderedLibrary:
+    """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
+    chosen for the newest of `archs` (one source is compiled for them all)."""
+    return render_library(TritonRenderer(program, max(archs) if archs else None))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "json_reader.hpp"
 #include "plan_check.hpp"
@@ -27,7 +28,77 @@ Status parse_index_list(const JsonReader& r, const json::Value& obj, const std::
 
 std::string name_of(const CudaPlan& plan, const CudaStep& step) { return plan.kernels[step.kernel].name; }
 
+Status find_kernel(const JsonReader& r, const CudaPlan& plan, const json::Value& item, const std::string& path,
+                   size_t* out) {
+  std::string name;
+  AOTPACK_RETURN_IF_ERROR(r.string_field(item, path, "kernel", &name));
+  auto it = std::find_if(plan.kernels.begin(), plan.kernels.end(), [&](const CudaKernelInfo& k) { return k.name == name; });
+  if (it == plan.kernels.end()) return r.error(JsonReader::join(path, "kernel"), str_cat("no kernel ", quoted(name), " in cuda.kernels"));
+  *out = static_cast<size_t>(it - plan.kernels.begin());
+  return Status();
+}
+
+Status parse_grid(const JsonReader& r, const Program& program, const json::Value& item, const std::string& path,
+                  std::array<Expr, 3>* out) {
+  const std::vector<json::Value>* grid;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "grid", &grid));
+  if (grid->size() != 3) return r.error(JsonReader::join(path, "grid"), "expected 3 expressions");
+  for (size_t g = 0; g < 3; ++g) {
+    AOTPACK_RETURN_IF_ERROR(parse_expr((*grid)[g], program.symbol_names, r,
+                                       JsonReader::join(JsonReader::join(path, "grid"), g), &(*out)[g]));
+  }
+  return Status();
+}
+
+// "variants": {"size": EXPR, "buckets": [{"upto": N, "kernel": NAME, "grid": [...]}, ...]}, optional. Every
+// variant's kernel must take the step kernel's parameters (the launch's parameter array is built once per
+// step), and the buckets must ascend.
+Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& program, const json::Value& item,
+                      const std::string& path, CudaStep* step) {
+  const json::Value* variants = item.find("variants");
+  if (!variants) return Status();
+  const std::string vpath = JsonReader::join(path, "variants");
+  if (!variants->is_object()) return r.error(vpath, "expected an object");
+  const json::Value* size = variants->find("size");
+  if (!size) return r.error(vpath, "missing \"size\"");
+  AOTPACK_RETURN_IF_ERROR(parse_expr(*size, program.symbol_names, r, JsonReader::join(vpath, "size"), &step->size));
+  const std::vector<json::Value>* buckets;
+  AOTPACK_RETURN_IF_ERROR(r.array_field(*variants, vpath, "buckets", &buckets));
+  const CudaKernelInfo& own = plan.kernels[step->kernel];
+  for (size_t v = 0; v < buckets->size(); ++v) {
+    const std::string bpath = JsonReader::join(JsonReader::join(vpath, "buckets"), v);
+    CudaVariant variant;
+    AOTPACK_RETURN_IF_ERROR(r.int_field((*buckets)[v], bpath, "upto", &variant.upto));
+    if (!step->variants.empty() && variant.upto <= step->variants.back().upto)
+      return r.error(JsonReader::join(bpath, "upto"), "the buckets must ascend");
+    AOTPACK_RETURN_IF_ERROR(find_kernel(r, plan, (*buckets)[v], bpath, &variant.kernel));
+    const CudaKernelInfo& k = plan.kernels[variant.kernel];
+    if (k.symbols != own.symbols || k.errors.size() != own.errors.size())
+      return r.error(JsonReader::join(bpath, "kernel"), str_cat("kernel ", quoted(k.name), " takes other parameters than the step's kernel ",
+                                                                quoted(own.name), "; variants must differ only in configuration"));
+    AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, (*buckets)[v], bpath, &variant.grid));
+    step->variants.push_back(std::move(variant));
+  }
+  return Status();
+}
+
 }  // namespace
+
+Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid) {
+  *kernel = step.kernel;
+  *grid = &step.grid;
+  if (step.variants.empty()) return Status();
+  int64_t size = 0;
+  AOTPACK_RETURN_IF_ERROR(eval_expr(step.size, symbols, &size));
+  for (const CudaVariant& v : step.variants) {
+    if (size <= v.upto) {
+      *kernel = v.kernel;
+      *grid = &v.grid;
+      break;
+    }
+  }
+  return Status();
+}
 
 Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_doc, const Program& program,
                        bool* present, CudaPlan* out) {
@@ -85,11 +156,7 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
     std::string path = JsonReader::join("cuda.steps", s);
     const json::Value& item = (*steps)[s];
     CudaStep step;
-    std::string name;
-    AOTPACK_RETURN_IF_ERROR(r.string_field(item, path, "kernel", &name));
-    auto it = std::find_if(plan.kernels.begin(), plan.kernels.end(), [&](const CudaKernelInfo& k) { return k.name == name; });
-    if (it == plan.kernels.end()) return r.error(JsonReader::join(path, "kernel"), str_cat("no kernel ", quoted(name), " in cuda.kernels"));
-    step.kernel = static_cast<size_t>(it - plan.kernels.begin());
+    AOTPACK_RETURN_IF_ERROR(find_kernel(r, plan, item, path, &step.kernel));
     const std::vector<json::Value>* args;
     AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "args", &args));
     for (size_t a = 0; a < args->size(); ++a) {
@@ -99,13 +166,8 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
       step.args.push_back(index_of_id[(*args)[a].as_int()]);
     }
     if (step.args.empty()) return r.error(JsonReader::join(path, "args"), "a step needs at least its output buffer");
-    const std::vector<json::Value>* grid;
-    AOTPACK_RETURN_IF_ERROR(r.array_field(item, path, "grid", &grid));
-    if (grid->size() != 3) return r.error(JsonReader::join(path, "grid"), "expected 3 expressions");
-    for (size_t g = 0; g < 3; ++g) {
-      AOTPACK_RETURN_IF_ERROR(parse_expr((*grid)[g], program.symbol_names, r,
-                                         JsonReader::join(JsonReader::join(path, "grid"), g), &step.grid[g]));
-    }
+    AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, item, path, &step.grid));
+    AOTPACK_RETURN_IF_ERROR(parse_variants(r, plan, program, item, path, &step));
     plan.steps.push_back(std::move(step));
   }
   AOTPACK_RETURN_IF_ERROR(check_cuda_launches(program, plan));
@@ -130,23 +192,32 @@ Status check_cuda_launches(const Program& program, const CudaPlan& plan) {
   std::vector<std::vector<bool>> writes(plan.steps.size());
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const CudaStep& step = plan.steps[s];
-    std::string where = str_cat("program.json cuda.steps[", s, "]");
-    const std::string& name = plan.kernels[step.kernel].name;
-    int64_t& count = args_of[step.kernel];
-    if (count >= 0 && count != static_cast<int64_t>(step.args.size()))
-      return data_loss(where, ": kernel ", name, " is given ", step.args.size(), " buffers here but ", count,
-                       " by an earlier step; a kernel takes one fixed list of parameters");
-    count = static_cast<int64_t>(step.args.size());
-    for (size_t g = 0; g < 3; ++g) {
-      for (const std::vector<int64_t>& values : at) {
-        int64_t v = 0;
-        AOTPACK_RETURN_IF_ERROR(eval_expr(step.grid[g], values.data(), &v).prefixed(str_cat(where, ".grid[", g, "]")));
-        if (v < 0 || v > kMaxGrid[g])
-          return data_loss(where, ".grid[", g, "] ", expr_to_string(step.grid[g], program.symbol_names), " is ", v,
-                           " at the ", &values == &at[0] ? "minima" : "maxima", " of the declared ranges; a launch "
-                           "takes 0..", kMaxGrid[g]);
+    // The step's own launch and each bucket's variant, checked alike.
+    std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
+    for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+    for (size_t l = 0; l < launches.size(); ++l) {
+      std::string where = l == 0 ? str_cat("program.json cuda.steps[", s, "]")
+                                 : str_cat("program.json cuda.steps[", s, "].variants.buckets[", l - 1, "]");
+      const std::string& name = plan.kernels[launches[l].first].name;
+      int64_t& count = args_of[launches[l].first];
+      if (count >= 0 && count != static_cast<int64_t>(step.args.size()))
+        return data_loss(where, ": kernel ", name, " is given ", step.args.size(), " buffers here but ", count,
+                         " by an earlier step; a kernel takes one fixed list of parameters");
+      count = static_cast<int64_t>(step.args.size());
+      const std::array<Expr, 3>& grid = *launches[l].second;
+      for (size_t g = 0; g < 3; ++g) {
+        for (const std::vector<int64_t>& values : at) {
+          int64_t v = 0;
+          AOTPACK_RETURN_IF_ERROR(eval_expr(grid[g], values.data(), &v).prefixed(str_cat(where, ".grid[", g, "]")));
+          if (v < 0 || v > kMaxGrid[g])
+            return data_loss(where, ".grid[", g, "] ", expr_to_string(grid[g], program.symbol_names), " is ", v,
+                             " at the ", &values == &at[0] ? "minima" : "maxima", " of the declared ranges; a launch "
+                             "takes 0..", kMaxGrid[g]);
+        }
       }
     }
+    std::string where = str_cat("program.json cuda.steps[", s, "]");
+    const std::string& name = plan.kernels[step.kernel].name;
     size_t out = step.args.back();
     const Buffer& b = program.buffers[out];
     if (b.kind == BufferKind::kWeight || b.kind == BufferKind::kInput)

@@ -23,11 +23,24 @@ struct CudaKernelInfo {
   std::vector<std::string> errors;  // message of error-flag value i + 1; empty: the kernel takes no flag
 };
 
+// A step's kernel for the sizes of its deciding size up to `upto` (above the previous variant's).
+struct CudaVariant {
+  int64_t upto = 0;
+  size_t kernel = 0;
+  std::array<Expr, 3> grid;
+};
+
 struct CudaStep {
-  size_t kernel = 0;             // index into CudaPlan::kernels
+  size_t kernel = 0;             // index into CudaPlan::kernels: the kernel for sizes above every variant
   std::vector<size_t> args;      // indices into Program::buffers
   std::array<Expr, 3> grid;      // launch grid over the symbols
+  Expr size;                     // the deciding size, when the step has variants
+  std::vector<CudaVariant> variants;  // ascending `upto`; every one takes the same parameters as `kernel`
 };
+
+// The kernel and grid a step launches at these symbol values: the first variant whose bucket holds the
+// deciding size, else the step's own.
+Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid);
 
 // What the package says about CUDA, parsed and validated at load (before any device is touched).
 struct CudaPlan {

@@ -357,11 +357,15 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
                      "clearing the error flags");
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const CudaStep& step = plan.steps[i];
-    const CudaKernelInfo& k = plan.kernels[step.kernel];
+    size_t kernel = 0;
+    const std::array<Expr, 3>* step_grid = nullptr;
+    Status chosen = choose_variant(step, symbols, &kernel, &step_grid);
+    if (!chosen.ok()) return chosen.prefixed(str_cat("cuda step ", i, " (kernel ", plan.kernels[step.kernel].name, ") size"));
+    const CudaKernelInfo& k = plan.kernels[kernel];
     Launch& l = launches_[i];
     int64_t grid[3];
     for (int g = 0; g < 3; ++g) {
-      Status st = eval_expr(step.grid[g], symbols, &grid[g]);
+      Status st = eval_expr((*step_grid)[g], symbols, &grid[g]);
       if (!st.ok()) return st.prefixed(str_cat("cuda step ", i, " (kernel ", k.name, ") grid"));
       if (grid[g] > dev.max_grid[g])
         return unsupported("cuda step ", i, " (kernel ", k.name, "): grid dimension ", g, " is ", grid[g],
@@ -369,7 +373,7 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
     }
     if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0) continue;  // nothing to compute at these sizes
     for (size_t j = 0; j < k.symbols.size(); ++j) l.symbols[j] = symbols[k.symbols[j]];
-    const CudaDevice::Function& f = dev.functions[step.kernel];
+    const CudaDevice::Function& f = dev.functions[kernel];
     CUresult r = d.cuLaunchKernel(f.fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
                                   static_cast<unsigned>(grid[2]), f.threads, 1, 1, f.shared, stream_, l.params.data(),
                                   nullptr);

@@ -4,7 +4,7 @@
 # out[b, m, n] = sum over k of a[b, m, k] * b[b, k, n] with tl.dot on BM x BN tiles, BK deep; operands are
 # strided views, out is contiguous. Program (tile, batch); tiles grouped GROUP_M rows at a time for L2 reuse.
 @triton.jit
-def t_b1ac000f9d946e24(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def t_04dbc800cafa6b3b(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     M = s_n
     N = 4
     K = 8
@@ -43,7 +43,7 @@ def t_b1ac000f9d946e24(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     tl.store(out_ptrs, (acc).to(tl.float32), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 # signature: [('in0', '*fp32'), ('in1', '*fp32'), ('out', '*fp32'), ('s_n', 'i64'), ('BM', 'constexpr'), ('BN', 'constexpr'), ('BK', 'constexpr'), ('GROUP_M', 'constexpr')]
-# constexprs: [('BM', 64), ('BN', 16), ('BK', 16), ('GROUP_M', 8)]
-# num_warps: 4, num_stages: 3, symbols: [0]
+# constexprs: [('BM', 16), ('BN', 16), ('BK', 16), ('GROUP_M', 8)]
+# num_warps: 4, num_stages: 4, symbols: [0]
 # errors: []
-# grid: [['//', ['+', 63, 'n'], 64], 1, 1]
+# grid: [['//', ['+', 15, 'n'], 16], 1, 1]

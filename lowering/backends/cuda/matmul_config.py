@@ -1,0 +1,64 @@
+"""Tile configurations of the Triton matrix product, per bucket of its rows (M) and per GPU architecture.
+
+Without a GPU at export the configuration comes from this table, so a cross-compiled package is tuned too.
+The rule aims at the two regimes a declared range spans:
+
+- Few rows (up to 16): the product reads each weight once and is bound by memory and by how many SMs take
+  part. 16-row tiles (tl.dot's smallest), as wide as still gives the grid a program per two SMs, with a deep
+  K step (128) to keep bytes in flight. The full-range tile (128 x 128) at M = 1 gives GPT-2's 768-column
+  products 6 programs on a 132-SM H200: the weights then stream through 6 SMs.
+- More rows: the largest tile (up to 128 x 256, 8 warps, 3 stages: the tensor cores' regime) that still
+  gives the grid a program per two SMs.
+
+SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
+scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SM_COUNT = {80: 108, 86: 84, 89: 128, 90: 132, 100: 148, 120: 170}
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    bm: int
+    bn: int
+    bk: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+def _pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _tiles(m: int, n: int, bm: int, bn: int) -> int:
+    return -(-m // bm) * -(-n // bn)
+
+
+# (BM, BN, BK, warps, stages) from the largest tile down. Measured on an H200 (bf16; scripts/gpu_matmul_bench.py
+# --sweep over GPT-2's, BERT's and the Llama shape's projections at M = 1 .. 16384, docs/performance.md): the
+# first tile of this order that gives the grid at least half as many programs as the GPU has SMs came within
+# 1.02x on average (1.18x at worst) of the fastest of 12 tile configurations at each point. 16-row tiles only
+# for up to 16 rows, where they are the tiles that read the weights once; taller products never use them.
+HALF_TILES = ((128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
+              (64, 32, 128, 4, 4), (16, 64, 128, 4, 4), (16, 32, 128, 4, 4), (16, 16, 128, 4, 4))
+# float32 operands take twice the shared memory and registers per element: half the tile area, not measured.
+WIDE_TILES = ((64, 64, 32, 4, 3), (64, 32, 64, 4, 4), (32, 64, 64, 4, 4), (32, 32, 64, 4, 4), (16, 32, 64, 4, 4),
+              (16, 16, 64, 4, 4))
+
+
+def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None) -> MatmulConfig:
+    """The tiles for a product of at most m rows, n columns and depth k (the bucket's largest sizes)."""
+    wide = dtype in ("float32", "float64")
+    sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
+    # no taller or wider than the product (rounded up to a power of two, at least tl.dot's 16); 16-row tiles
+    # exactly when there are at most 16 rows
+    tiles = WIDE_TILES if wide else HALF_TILES
+    fits = [t for t in tiles if t[0] <= max(16, _pow2(m)) and t[1] <= max(16, _pow2(n)) and (t[0] == 16) == (m <= 16)]
+    fits = fits or [t for t in tiles if t[1] <= max(16, _pow2(n))]  # fewer than 32 columns: 16-wide tiles
+    bm, bn, bk, warps, stages = next((t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2), fits[-1])
+    return MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)

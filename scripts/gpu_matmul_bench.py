@@ -1,0 +1,149 @@
+"""The Triton matrix product alone, per bucket configuration, against cuBLAS and the memory bandwidth.
+
+    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep] [--budget-s S]
+
+For the projection shapes of GPT-2 124M, BERT-base and the Llama shape of docs/performance.md (bf16, weights
+read as nn.Linear and GPT-2's Conv1D store them), at M = 1, 16, 128, 512, 2048 (and BERT's batch 8 x 2048),
+plus 4096^3: renders the product through the exporter's own renderer for this GPU (lowering/backends/cuda/
+render.py, the bucket's configuration from matmul_config.py), checks it against torch, and times it with
+triton.testing.do_bench_cudagraph (kernel time, no launch overhead), next to torch.matmul (cuBLAS) and the
+bytes it must move at the measured copy bandwidth. --sweep also times other tile configurations, to tune
+matmul_config.py's table. Writes OUT_DIR/matmul_bench.json and prints one line per measurement. Needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import sympy
+import torch
+import triton
+from triton.testing import do_bench_cudagraph
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests" / "codegen")]
+
+# name: (N, K, weight layout): "linear" stores [N, K] (read transposed), "conv1d" [K, N]
+SHAPES = {
+    "gpt2_qkv": (2304, 768, "conv1d"), "gpt2_attn_out": (768, 768, "conv1d"), "gpt2_mlp_up": (3072, 768, "conv1d"),
+    "gpt2_mlp_down": (768, 3072, "conv1d"), "gpt2_logits": (50257, 768, "linear"),
+    "llama_q": (1024, 1024, "linear"), "llama_kv": (256, 1024, "linear"), "llama_mlp_up": (2816, 1024, "linear"),
+    "llama_mlp_down": (1024, 2816, "linear"), "llama_logits": (32000, 1024, "linear"),
+    "bert_qkv": (768, 768, "linear"), "bert_mlp_up": (3072, 768, "linear"), "bert_mlp_down": (768, 3072, "linear"),
+}
+ROWS = (1, 16, 128, 512, 2048)
+BERT_ROWS = (16384,)  # batch 8 x seq 2048
+SQUARE = 4096
+# (BM, BN, BK, warps, stages) tried besides the table's choice with --sweep
+CANDIDATES = [(16, 16, 128, 4, 4), (16, 32, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3),
+              (32, 64, 128, 4, 4), (64, 32, 128, 4, 4), (64, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+              (128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3)]
+
+
+def product_program(n: int, k: int, layout: str, hi: int):
+    from aotpack.lowering.ir.kernels import Buffer, MatmulKernel, Program, StridedView, Symbol
+    from aotpack.lowering.ir.symbolic import size_symbol
+
+    rows, zero, one = size_symbol("rows"), sympy.Integer(0), sympy.Integer(1)
+    x = Buffer("x", "bfloat16", (rows, sympy.Integer(k)), "input", "x")
+    w_shape = (n, k) if layout == "linear" else (k, n)
+    w = Buffer("w", "bfloat16", tuple(sympy.Integer(d) for d in w_shape), "weight", "w")
+    out = Buffer("out", "bfloat16", (rows, sympy.Integer(n)), "output", "out")
+    b_strides = (zero, one, sympy.Integer(k)) if layout == "linear" else (zero, sympy.Integer(n), one)
+    step = MatmulKernel("out", StridedView("x", zero, (zero, sympy.Integer(k), one)), StridedView("w", zero, b_strides),
+                        one, rows, sympy.Integer(n), sympy.Integer(k), "bfloat16")
+    return Program((Symbol("rows", 1, hi),), {b.name: b for b in (x, w, out)}, (step,), ("x",), ("out",))
+
+
+def main() -> int:
+    import triton_interp
+    from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.ir.symbolic import evaluate, size_symbol
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=1e9)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    major, minor = torch.cuda.get_device_capability(0)
+    arch = major * 10 + minor
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = do_bench_cudagraph(lambda: dst.copy_(src))
+    copy_gbs = 2 * src.numel() * 2 / copy_ms / 1e6
+    print(f"copy bandwidth: {copy_gbs:.0f} GB/s (1 GiB read + written)", flush=True)
+    del src, dst
+    results = {"device": torch.cuda.get_device_name(0), "arch": arch, "copy_gb_s": copy_gbs, "points": []}
+    cases = [(name, m) for name in SHAPES for m in (ROWS + (BERT_ROWS if name.startswith("bert") else ()))]
+    cases.append(("square_4096", SQUARE))
+    for name, m in cases:
+        if time.monotonic() - start > args.budget_s:
+            print(f"budget spent: stopping before {name} M={m}", flush=True)
+            break
+        n, k, layout = SHAPES.get(name, (SQUARE, SQUARE, "linear"))
+        program = product_program(n, k, layout, max(m, 2))
+        library = render_triton_library(program, (arch,))
+        module = triton_interp.load_module(library.source, False)
+        values = {size_symbol("rows"): m}
+        variants = library.variants_of(0)
+        kname, grid = library.step_kernels[0], library.step_launches[0]
+        if variants is not None:
+            chosen = next((v for v in variants.variants if m <= v.upto), None)
+            if chosen is not None:
+                kname, grid = chosen.kernel, chosen.launch
+        kernel = next(kk for kk in library.kernels if kk.name == kname)
+        fn = getattr(module, kname)
+        torch.manual_seed(0)
+        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(*((n, k) if layout == "linear" else (k, n)), dtype=torch.bfloat16, device="cuda") / k ** 0.5
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        ref = x @ (w.T if layout == "linear" else w)
+        table = dict(kernel.constexprs)
+        configs = [(table["BM"], table["BN"], table["BK"], kernel.num_warps, kernel.num_stages)]
+        if args.sweep:
+            configs += [c for c in CANDIDATES if c not in configs]
+        bytes_moved = 2 * (m * k + k * n + m * n)
+        cublas_ms = do_bench_cudagraph(lambda: torch.matmul(x, w.T if layout == "linear" else w))
+        point = {"shape": name, "m": m, "n": n, "k": k, "layout": layout, "cublas_ms": cublas_ms, "configs": []}
+        for bm, bn, bk, warps, stages in configs:
+            launch_grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1) if (bm, bn) != (table["BM"], table["BN"]) \
+                else tuple(evaluate(g, values) for g in grid)
+
+            def run(bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, launch_grid=launch_grid):
+                fn[launch_grid](x, w, out, m, BM=bm, BN=bn, BK=bk, GROUP_M=table["GROUP_M"], num_warps=warps,
+                                num_stages=stages)
+
+            try:
+                run()
+                torch.cuda.synchronize()
+                err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+                ms = do_bench_cudagraph(run)
+            except Exception as e:  # noqa: BLE001 - a configuration can exceed shared memory: report, go on
+                point["configs"].append({"config": [bm, bn, bk, warps, stages], "error": str(e)[:200]})
+                continue
+            point["configs"].append({"config": [bm, bn, bk, warps, stages], "ms": ms, "rel_err": err,
+                                     "gb_s": bytes_moved / ms / 1e6, "tflops": 2 * m * n * k / ms / 1e9})
+        ok = [c for c in point["configs"] if "ms" in c]
+        if not ok:
+            print(f"{name} M={m}: every configuration failed: {point['configs'][0]}", flush=True)
+            results["points"].append(point)
+            continue
+        table_entry, best = ok[0], min(ok, key=lambda c: c["ms"])
+        point["table"], point["best"] = table_entry, best
+        results["points"].append(point)
+        print(f"{name:15} M={m:>5} N={n:>5} K={k:>4}: table {table_entry['config']} {table_entry['ms'] * 1e3:8.1f} us "
+              f"({table_entry['gb_s'] / copy_gbs:5.0%} of copy bw, {table_entry['tflops']:6.1f} TFLOP/s, "
+              f"{cublas_ms / table_entry['ms']:5.0%} of cuBLAS {cublas_ms * 1e3:.1f} us, err {table_entry['rel_err']:.1e})"
+              + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep else ""), flush=True)
+        (args.out / "matmul_bench.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
