@@ -68,7 +68,7 @@ Status aotpack_model::load_parts(const LoadOptions& options) {
 void aotpack_model::prepare(const LoadOptions& options) const {
   if (options.prepare_device_type < 0) return;
   size_t index = 0;
-  if (!find_backend(static_cast<aotpack_device_type_t>(options.prepare_device_type), &index)) return;
+  if (!find_backend(options.prepare_device_type, &index)) return;
   Status why;
   const Executable* executable = this->executable(index, &why);
   if (!executable) return;

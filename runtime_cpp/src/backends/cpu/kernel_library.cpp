@@ -140,7 +140,8 @@ Status KernelLibrary::load_table() {
       const aotpack_kernel_arg_t& arg = e.args[a];
       if (arg.access != AOTPACK_ACCESS_READ && arg.access != AOTPACK_ACCESS_WRITE)
         return bad("kernel ", e.name, " argument ", a, ": unknown access ", arg.access);
-      if (dtype_size(static_cast<aotpack_dtype_t>(arg.dtype)) == 0)
+      aotpack_dtype_t dtype;
+      if (!dtype_from_code(arg.dtype, &dtype))
         return bad("kernel ", e.name, " argument ", a, ": unknown dtype ", arg.dtype);
       if (!arg.shape) return bad("kernel ", e.name, " argument ", a, " has no shape");
     }
