@@ -40,7 +40,7 @@ asan() {
   build/asan/aotpack-unit-tests
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" AOTPACK_TEST_BUILD=build/asan \
-    $PY -m pytest -q -p no:cacheprovider tests/runtime
+    $PY -m pytest -q -p no:cacheprovider --capture=sys tests/runtime  # sys: a sanitizer's report on fd 2 shows
   unset ASAN_OPTIONS UBSAN_OPTIONS
 }
 
