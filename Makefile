@@ -6,23 +6,21 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO := build/demo
 
-.PHONY: setup runtime registry-tools demo test test-sanitized fuzz-tools fuzz coverage clean gpu-check
+.PHONY: setup runtime registry-tools triton-server triton-server-bundle demo test test-sanitized fuzz-tools fuzz coverage clean gpu-check
 
 setup: $(VENV)/.installed runtime
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,cuda,models,registry]"
+	$(BIN)/pip install --quiet -e ".[test,cuda,models,registry,serving]"
 	touch $@
 
-# The C++ runtime: libaotpack.so and aotpack-run, installed into the venv beside the Python package.
+# The C++ runtime: libaotpack and aotpack-run in build/runtime, where the editable install finds them
+# (runtime_files.py; $(BIN)/aotpack-run runs the tool there). `pip install .` builds them into the wheel instead.
 runtime: $(VENV)/.installed
 	cmake -S runtime_cpp -B build/runtime -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build build/runtime -j2
-	mkdir -p $(VENV)/lib
-	install -m 755 build/runtime/aotpack-run $(BIN)/aotpack-run
-	install -m 644 build/runtime/libaotpack.so $(VENV)/lib/libaotpack.so
 
 # Export the MLP example with a dynamic batch, run it with the C++ runtime alone, compare with eager.
 demo: setup
@@ -38,7 +36,29 @@ registry-tools:
 	command -v docker-registry > /dev/null && command -v skopeo > /dev/null || \
 		{ apt-get update -qq && apt-get install -y -qq docker-registry skopeo > /dev/null; }
 
-test: setup registry-tools
+# Triton Inference Server for tests/serving and scripts/triton_bench.py: the tritonserver binary and its
+# libraries from the nvidia-pytriton wheel (Triton 2.51.0, CPU and GPU, with no backends but python),
+# installed apart from the venv into a cache shared by checkouts. tests/serving finds it through TRITON_HOME.
+PYTRITON_SPEC ?= nvidia-pytriton==0.7.0
+TRITON_HOME ?= $(HOME)/.cache/aotpack/tritonserver-pytriton-0.7.0
+triton-server: $(TRITON_HOME)/.installed
+$(TRITON_HOME)/.installed: | $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(TRITON_HOME) "$(PYTRITON_SPEC)"
+	! ldd $(TRITON_HOME)/pytriton/tritonserver/bin/tritonserver | grep "not found" || \
+		{ echo "tritonserver from $(PYTRITON_SPEC) misses the libraries above on this machine" >&2; exit 1; }
+	touch $@
+
+# The server and only the libraries it loads (about 26 MB, xz), to carry to a machine without network (the GPU
+# machine: docs/serving.md). There: mkdir -p DIR && tar -xJf tritonserver-bundle.tar.xz -C DIR; TRITON_HOME=DIR.
+TRITON_BUNDLE := build/tritonserver-bundle.tar.xz
+triton-server-bundle: $(TRITON_BUNDLE)
+$(TRITON_BUNDLE): $(TRITON_HOME)/.installed
+	mkdir -p build
+	cd $(TRITON_HOME) && tar -cf - pytriton/tritonserver/bin/tritonserver \
+		$$(ldd pytriton/tritonserver/bin/tritonserver | grep -o 'nvidia_pytriton.libs/[^ ]*' | sort -u) \
+		| xz -6 -T2 > $(CURDIR)/$@
+
+test: setup registry-tools triton-server
 	$(BIN)/python -m pytest -q
 
 # The runtime tests again with the runtime built under ASan and UBSan (build/asan; scripts/sanitize.sh asan):

@@ -33,8 +33,37 @@ class _Group(click.Group):
             _fail(str(e))
 
 
+def _print_triton_backend_dir(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .serving import triton_backend_dir
+
+    try:
+        click.echo(triton_backend_dir())
+    except AotpackError as e:
+        _fail(str(e))
+    ctx.exit()
+
+
+def _print_cmake_dir(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from . import runtime_files
+
+    try:
+        click.echo(runtime_files.cmake_dir())
+    except AotpackError as e:
+        _fail(str(e))
+    ctx.exit()
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="aotpack")
+@click.option("--triton-backend-dir", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_triton_backend_dir,
+              help="Print the folder to pass to tritonserver --backend-directory, and exit.")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
+              help="Print the folder of the runtime's CMake package (for CMAKE_PREFIX_PATH or aotpack_DIR) and exit.")
 def main() -> None:
     """Export PyTorch models to one self-contained package that a C++ runtime runs."""
 

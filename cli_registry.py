@@ -106,14 +106,44 @@ def refit(package: str, weights: str, output: str, model_file: str | None, dtype
 @click.option("--model-version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
               help="triton: the repository's integer model version folder.")
 @click.option("--tag", "tag", help="oci: the reference tag (default: the package version, '+' spelled '_').")
-def publish(package: str, format_name: str, out: str, model_version: int, tag: str | None) -> None:
+@click.option("--instance-kind", type=click.Choice(["cpu", "gpu"]),
+              help="triton: an instance group of this kind (default: none written, Triton's own choice).")
+@click.option("--instances", "instance_count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="triton: instances in the group (per GPU for gpu).")
+@click.option("--gpus", metavar="ID[,ID...]", help="triton: the GPUs of a gpu instance group (default: all).")
+@click.option("--dynamic-batching", is_flag=True,
+              help="triton: let the server gather requests into one execution (needs a batch symbol).")
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=100, show_default=True,
+              help="triton: how long the dynamic batcher may hold a request, in microseconds.")
+@click.option("--threads", type=click.IntRange(1, 1024),
+              help="triton: CPU threads of each instance's session (default 1).")
+@click.option("--no-batching", is_flag=True,
+              help="triton: max_batch_size 0 and every dim in dims, even with a batch symbol (rows that are not "
+                   "independent).")
+def publish(package: str, format_name: str, out: str, model_version: int, tag: str | None, instance_kind: str | None,
+            instance_count: int, gpus: str | None, dynamic_batching: bool, max_queue_delay_us: int,
+            threads: int | None, no_batching: bool) -> None:
     """Lay PACKAGE out where a registry or server expects it, in folder OUT."""
     from .packages.reader import read_package
     from .publish import publish as publish_package
 
     options: dict = {}
+    ctx = click.get_current_context()
+    triton_only = [f"--{name.replace('_', '-')}" for name in ("model_version", "instance_kind", "instances", "gpus",
+                                                               "dynamic_batching", "max_queue_delay_us", "threads",
+                                                               "no_batching")
+                   if ctx.get_parameter_source(name if name != "instances" else "instance_count")
+                   == click.core.ParameterSource.COMMANDLINE]
+    if format_name != "triton" and triton_only:
+        raise click.UsageError(f"{', '.join(triton_only)}: options of --format triton only")
     if format_name == "triton":
-        options["model_version"] = model_version
+        try:
+            gpu_ids = tuple(int(g) for g in gpus.split(",")) if gpus else ()
+        except ValueError:
+            raise click.BadParameter(f"{gpus!r}: expected GPU ids such as 0,1", param_hint="--gpus") from None
+        options.update(model_version=model_version, batching=not no_batching, instance_kind=instance_kind,
+                       instance_count=instance_count, gpus=gpu_ids, dynamic_batching=dynamic_batching,
+                       max_queue_delay_us=max_queue_delay_us, threads=threads)
     elif format_name == "oci" and tag:
         options["tag"] = tag
     publish_package(package, format_name, out, **options)

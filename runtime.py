@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from . import errors, knobs
+from . import errors, knobs, runtime_files
 from .lowering.ir.dtypes import DTYPES, code
 
 MAX_RANK = 8
@@ -133,14 +133,14 @@ _lib_lock = threading.Lock()
 
 def _candidates() -> list[Path]:
     explicit = knobs.runtime_lib()
-    if explicit:
+    if explicit:  # an explicit choice (a sanitizer build, the tests' own build) beats any installed copy
         return [Path(explicit)]
-    repo_root = Path(__file__).resolve().parent
-    return [Path(sys.prefix) / "lib" / "libaotpack.so", repo_root / "build" / "runtime" / "libaotpack.so"]
+    return runtime_files.library_candidates()
 
 
 def library_path() -> Path:
-    """The libaotpack.so this binding loads: $AOTPACK_RUNTIME_LIB, else <sys.prefix>/lib, else build/runtime."""
+    """The libaotpack this binding loads: $AOTPACK_RUNTIME_LIB, else the one installed in the package (a
+    wheel), else <sys.prefix>/lib, else the source checkout's build/runtime (runtime_files.py)."""
     candidates = _candidates()
     for path in candidates:
         if path.is_file():
@@ -148,15 +148,22 @@ def library_path() -> Path:
     looked = ", ".join(str(p) for p in candidates)
     raise AotpackError(
         StatusCode.NOT_FOUND,
-        f"cannot find the aotpack runtime library libaotpack.so (looked at {looked}); build it with "
-        "`cmake -S runtime_cpp -B build/runtime && cmake --build build/runtime`, or set "
-        "AOTPACK_RUNTIME_LIB to its path",
+        f"cannot find the aotpack runtime library {runtime_files.LIBRARY_NAME} (looked at {looked}); install "
+        "aotpack with `pip install .` (a wheel with the runtime), or in a source checkout build it with "
+        "`cmake -S runtime_cpp -B build/runtime && cmake --build build/runtime`; or set AOTPACK_RUNTIME_LIB to "
+        "its path",
     )
+
+
+def version() -> str:
+    """The loaded library's version (aotpack_version()), "MAJOR.MINOR.PATCH"."""
+    return lib().aotpack_version().decode()
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     P = ctypes.POINTER
     sigs = {
+        "aotpack_version": (ctypes.c_char_p, []),
         "aotpack_status_code": (ctypes.c_int, [_Status]),
         "aotpack_status_message": (ctypes.c_char_p, [_Status]),
         "aotpack_status_free": (None, [_Status]),

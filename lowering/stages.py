@@ -1,7 +1,9 @@
 """The compiler as an ordered list of named stages, built from the backends of a package's targets.
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
-                     fused, one lowering per op in frontend/ops/)
+                     fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
+                     repeat an earlier one and ir/epilogue.py fuses each matrix product's elementwise
+                     consumer into it)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -29,6 +31,8 @@ from ..packages.program import Binding, BufferEntry, ProgramDoc, SymbolEntry, pr
 from .backends import Artifacts, Backend, backends_for
 from .codegen.printer import to_json
 from .frontend.graph import GraphLowering
+from .ir.dedupe import dedupe_kernels
+from .ir.epilogue import fuse_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
 from .ir.verify import verify_plan, verify_program
@@ -59,11 +63,18 @@ class Stage:
     describe: Callable[[Compilation], str]  # its output, readable, for --dump
 
 
-def _lower(state: Compilation) -> Compilation:
-    program = GraphLowering(state.captured).run()
+def lower(captured: CapturedProgram) -> Program:
+    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped and matrix-product
+    epilogues fused (scripts and tests that look at the kernels an export makes call this)."""
+    program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
+    return fuse_epilogues(dedupe_kernels(program))
+
+
+def _lower(state: Compilation) -> Compilation:
+    program = lower(state.captured)
     verify_program(program, "lower")
     return replace(state, program=program)
 

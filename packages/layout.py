@@ -16,6 +16,9 @@ WEIGHTS = "weights.safetensors"
 ALIGNMENT = 64
 # Zip extra-field id of the padding record that aligns member data (any id the zip spec leaves free works).
 PADDING_EXTRA_ID = 0xA0A0
+# Members larger than this also carry the digests of their chunks of this size (docs/package-format.md,
+# "manifest.json"), so that a reader can check one large member (the weights) on several threads at once.
+DIGEST_CHUNK_BYTES = 16 << 20
 # Fixed timestamp for every member: the same inputs must give a byte-identical package.
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 

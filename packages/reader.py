@@ -75,6 +75,20 @@ def _stored_bytes(raw: object, info: zipfile.ZipInfo) -> bytes:
     return raw.read(info.compress_size)
 
 
+def chunk_problems(data: bytes, entry: dict[str, Any]) -> list[str]:
+    """The problems of a member's chunk digests: the runtime checks those instead of the whole sha256, so they
+    must say the same about the bytes."""
+    size, chunks = entry.get("chunk_size"), entry.get("chunk_sha256")
+    if not isinstance(size, int) or size <= 0 or not isinstance(chunks, list):
+        return ["chunk_size must be a positive integer and chunk_sha256 a list of digests"]
+    view = memoryview(data)
+    actual = [sha256(view[i:i + size]) for i in range(0, len(data), size)]
+    if len(chunks) != len(actual):
+        return [f"chunk_sha256 has {len(chunks)} digests, but {len(data)} bytes make {len(actual)} chunks of {size}"]
+    return [f"chunk {i} (bytes {i * size}..) does not match its sha256 in the manifest"
+            for i, (want, got) in enumerate(zip(chunks, actual)) if want != got]
+
+
 def verify_digests(package: Package) -> list[str]:
     """The problems found comparing the members with the manifest's digests; empty when all match."""
     problems = []
@@ -85,6 +99,8 @@ def verify_digests(package: Package) -> list[str]:
             problems.append(f"member {name} is listed in the manifest but missing")
         elif len(data) != entry["size"] or sha256(data) != entry["sha256"]:
             problems.append(f"member {name} does not match its sha256 in the manifest")
+        elif "chunk_sha256" in entry or "chunk_size" in entry:  # packages written before chunks have none
+            problems += [f"member {name}: {p}" for p in chunk_problems(data, entry)]
     problems += [f"member {name} is not listed in the manifest" for name in package.members if name not in listed]
     problems += manifest_problems(package.manifest_bytes)
     if not problems:  # the container check is only worth reading once every member is right

@@ -21,16 +21,29 @@ def canonical_json(value: Any) -> bytes:
     return (json.dumps(value, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode()
 
 
-def sha256(data: bytes) -> str:
+def sha256(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def member_entry(data: bytes) -> dict[str, Any]:
+    """A member's record in the manifest: its sha256 and size (its identity), and for a member larger than
+    layout.DIGEST_CHUNK_BYTES the sha256 of each chunk of that size (the last one shorter), so that the runtime
+    can hash one large member on several threads. A SHA-256 stream cannot be split, hence the second list."""
+    entry: dict[str, Any] = {"sha256": sha256(data), "size": len(data)}
+    chunk = layout.DIGEST_CHUNK_BYTES
+    if len(data) > chunk:
+        view = memoryview(data)
+        entry["chunk_size"] = chunk
+        entry["chunk_sha256"] = [sha256(view[i:i + chunk]) for i in range(0, len(data), chunk)]
+    return entry
+
+
 def build_manifest(manifest: Mapping[str, Any], members: Mapping[str, bytes]) -> dict[str, Any]:
-    """Completes `manifest` with the format identity and the digest and size of every member."""
+    """Completes `manifest` with the format identity and the record of every member (member_entry)."""
     out = dict(manifest)
     out["format"] = layout.FORMAT_NAME
     out["format_version"] = layout.FORMAT_VERSION
-    out["members"] = {name: {"sha256": sha256(data), "size": len(data)} for name, data in members.items()}
+    out["members"] = {name: member_entry(data) for name, data in members.items()}
     return out
 
 

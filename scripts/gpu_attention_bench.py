@@ -52,7 +52,7 @@ def main() -> int:
     from aotpack.exporter.dtype import with_dtype
     from aotpack.lowering.backends.cuda.render import render_triton_library
     from aotpack.lowering.frontend.decompositions import decompositions
-    from aotpack.lowering.frontend.graph import GraphLowering
+    from aotpack.lowering.stages import lower
     from aotpack.lowering.ir.symbolic import evaluate
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
@@ -67,7 +67,7 @@ def main() -> int:
                                     {"x": {0: "batch", 1: "seq"}, "pad": {0: "batch", 1: "seq"}},
                                     {"batch": (1, 8), "seq": (1, max(seqs))}), torch.bfloat16)
         plan = resolve_symbols(spec)
-        program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+        program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
         library = render_triton_library(program)
         step = next(i for i, s in enumerate(program.steps) if s.family == "attention")
         kernel = next(k for k in library.kernels if k.name == library.step_kernels[step])

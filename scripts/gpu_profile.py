@@ -27,7 +27,7 @@ def main() -> int:
     from aotpack.exporter.dtype import with_dtype
     from aotpack.lowering.backends.cuda.render import render_triton_library
     from aotpack.lowering.frontend.decompositions import decompositions
-    from aotpack.lowering.frontend.graph import GraphLowering
+    from aotpack.lowering.stages import lower
     from aotpack.verification import to_numpy
     from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 
@@ -38,7 +38,7 @@ def main() -> int:
     plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}"))
     plan = resolve_symbols(spec, plan_ranges)
     captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    program = GraphLowering(captured).run()
+    program = lower(captured)
     major, minor = torch.cuda.get_device_capability(0)
     library = render_triton_library(program, (major * 10 + minor,))  # the configurations the export picks
     family = {k.name: k.family for k in library.kernels}

@@ -83,6 +83,10 @@ class BodyWriter:
         self.lines.append(self.spelling.assign(name, type_name, expr))
         return name
 
+    def bind(self, node: Node, expr: str) -> None:
+        """Let `node` stand for `expr`, already computed by the template (a matmul epilogue's product)."""
+        self._cache[node] = expr
+
     def value(self, node: Node) -> str:
         if node in self._cache:
             return self._cache[node]

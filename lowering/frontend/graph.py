@@ -16,13 +16,14 @@ import torch
 import torch.fx
 
 from ...errors import UnsupportedError
-from ..ir import scalar
+from ..ir import index_math, scalar
+from ..ir.constant_over_box import constant_reduction
 from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
 from .diagnostics import source_line, unsupported_ops_error
 from .registry import lowering_for
-from .values import TensorValue, from_buffer, is_contiguous, unsqueeze
+from .values import TensorValue, affine_view, from_buffer, is_contiguous, unsqueeze
 
 # A lazy value read by several ops is stored once if its expression has more nodes than this; smaller ones
 # (a bias add: two loads and an add) cost less to recompute in each reader than a round trip to memory.
@@ -32,9 +33,9 @@ INLINE_MAX_NODES = 160
 # A shared value at least this many times larger than everything it reads is a broadcast (a [batch, seq]
 # padding mask seen as [batch, heads, seq, seq] by every attention layer): storing it would write and re-read
 # the large form, so its readers recompute it from the small sources, up to this many nodes. Not a value that
-# gathers (Hugging Face's causal masks index positions by data): every reader would repeat the gathers and
-# their bounds checks per element (GPT-2's Triton attention did 4 checked gathers per score; its run at seq
-# 2048 on an H200 went from 5.7 to 10.9 ms with that change among others).
+# gathers positions read from data: every reader would repeat the gathers and their bounds checks per element
+# (GPT-2's Triton attention did 4 checked gathers per score before its mask's positions became index math,
+# ops/index.py; its run at seq 2048 on an H200 went from 5.7 to 10.9 ms with that change among others).
 EXPANSION_MIN_RATIO = 8
 EXPANSION_INLINE_MAX_NODES = 48
 
@@ -137,8 +138,12 @@ class GraphLowering:
         return from_buffer(name, value.dtype, value.shape)
 
     def as_view(self, value: TensorValue) -> StridedView:
-        """A strided view of memory holding `value`, computing it into a buffer if it is lazy."""
+        """A strided view of memory holding `value`, computing it into a buffer if it is lazy and not already
+        a plain read of memory at strides (`affine_view`)."""
         if value.view is None:
+            view = affine_view(value)
+            if view is not None:
+                return view
             value = self.realize(value)
         return value.view
 
@@ -164,16 +169,26 @@ class GraphLowering:
         for pos, d in enumerate(dims):
             index[d] = index_var("r", pos)
         body = value.loader(tuple(index))
+        reduced = tuple(value.shape[d] for d in dims)
+        constant = constant_reduction(body, out_shape, reduced, op, out_dtype, self.ranges())
+        if constant is not None:  # e.g. a running count of position jumps, which aranged positions never make
+            result = TensorValue(out_dtype, out_shape, lambda idx: constant)
+            for d in dims if keepdim else ():
+                result = unsqueeze(result, d)
+            return result
         if acc_dtype is None:
             acc_dtype = accumulator_dtype(op, body.dtype, out_dtype)
         name = self.new_buffer(out_dtype, out_shape)
-        reduced = tuple(value.shape[d] for d in dims)
         self.add_step(ReductionKernel(name, out_shape, reduced, body, op, acc_dtype, out_dtype))
         result = from_buffer(name, out_dtype, out_shape)
         if keepdim:
             for d in dims:
                 result = unsqueeze(result, d)
         return result
+
+    def ranges(self) -> dict[sympy.Symbol, tuple[int, int]]:
+        """Each symbol's declared range, for proofs over all the sizes a package runs at."""
+        return {size_symbol(s.name): (s.min, s.max) for s in self.symbols}
 
     def weight(self, tensor: torch.Tensor, name: str) -> str:
         """A buffer for a constant tensor; tensors sharing storage (tied weights) are stored once."""
@@ -289,7 +304,9 @@ class GraphLowering:
     def _maybe_store(self, node: torch.fx.Node, value: TensorValue) -> TensorValue:
         if value.view is not None:
             return value
-        expr = value.loader(tuple(index_var("i", d) for d in range(value.rank)))
+        index = tuple(index_var("i", d) for d in range(value.rank))
+        expr = value.loader(index)
+        value, expr = _folded(value, index, expr)
         size = scalar.size_of(expr)
         shared = len(node.users) > 1 and size > INLINE_SHARED_MAX_NODES
         if shared and size <= EXPANSION_INLINE_MAX_NODES and self._is_expansion(value, expr):
@@ -331,6 +348,19 @@ class GraphLowering:
                 return buf.name
         realized = self.realize(value, kind="output", source=name)
         return realized.view.buffer
+
+
+def _folded(value: TensorValue, index: tuple, expr: scalar.Node) -> tuple[TensorValue, scalar.Node]:
+    """An integer value computed from positions alone (an arange, offset and broadcast) as one index
+    expression: it costs nothing to recompute, so it is never stored, and the ops that index with it or
+    compare it (a causal mask) see index math (ir/index_math.py)."""
+    simple = index_math.folded(expr)
+    if simple is expr:
+        return value, expr
+    if isinstance(simple, scalar.IndexValue):
+        return TensorValue(value.dtype, value.shape, lambda idx: scalar.IndexValue(
+            simple.expr.xreplace(dict(zip(index, idx))), simple.dtype)), simple
+    return TensorValue(value.dtype, value.shape, lambda idx: simple), simple
 
 
 def _is_size_node(node: torch.fx.Node) -> bool:

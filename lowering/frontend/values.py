@@ -16,7 +16,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..ir.kernels import StridedView
 from ..ir.scalar import Const, Load, Node, cast
-from ..ir.symbolic import Expr, contiguous_strides
+from ..ir.symbolic import Expr, contiguous_strides, fold_div_mod, index_var
 
 Index = tuple[Expr, ...]
 Loader = Callable[[Index], Node]
@@ -150,6 +150,23 @@ def squeeze(value: TensorValue, dims: Sequence[int]) -> TensorValue:
     if value.view is not None:
         view = StridedView(value.view.buffer, value.view.offset, tuple(value.view.strides[d] for d in keep))
     return _with_view(value, shape, load, view)
+
+
+def affine_view(value: TensorValue) -> StridedView | None:
+    """The strided view a lazy value already is, when each element is one plain load of a buffer at an offset
+    affine in the element's index once reshape round trips are folded (`fold_div_mod`): a transpose and
+    reshape that went through the flat position and came back to strides. None for anything else."""
+    index = tuple(index_var("i", d) for d in range(value.rank))
+    node = value.loader(index)
+    if not isinstance(node, Load) or node.indirect or node.dtype != value.dtype:
+        return None
+    offset = fold_div_mod(node.index)
+    strides = tuple(sympy.expand(offset).coeff(v) for v in index)
+    base = sympy.expand(offset - sum((s * v for s, v in zip(strides, index)), sympy.Integer(0)))
+    names = set(index)
+    if any(sympy.sympify(e).free_symbols & names for e in (base, *strides)):
+        return None
+    return StridedView(node.buffer, base, strides)
 
 
 def reshape(value: TensorValue, shape: Sequence[Expr]) -> TensorValue:

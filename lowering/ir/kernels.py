@@ -152,11 +152,29 @@ class ScatterKernel:
         return tuple(dict.fromkeys(b for node in nodes for b in _buffers_of(node)))
 
 
+ACC = "@product"  # the pseudo-buffer a matmul's epilogue reads the product from (`product_value`)
+
+
+def epilogue_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """The index variables (batch, row, column) of a matmul epilogue's expression."""
+    return index_var("e", 0), index_var("e", 1), index_var("e", 2)
+
+
+def product_value(dtype: str) -> Load:
+    """In an epilogue: the product's element at (e0, e1, e2), rounded to the product's dtype, as the
+    unfused program stored it for the pointwise kernel that read it."""
+    return Load(ACC, sympy.Integer(0), dtype)
+
+
 @dataclass(frozen=True)
 class MatmulKernel:
     """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views or gathered expressions
     (GatheredOperand, of the operands' dtype), and b may be a constant laid out in panels (PanelView);
     `out` is contiguous.
+
+    With an `epilogue`, out[b, m, n] is that expression of the index variables e0, e1, e2 (b, m, n), in
+    which `product_value` stands for the product's element: a bias, activation, residual add or cast fused
+    into the kernel that computes the product (ir/epilogue.py), stored in the output buffer's dtype.
     """
 
     output: str
@@ -167,11 +185,13 @@ class MatmulKernel:
     n: sympy.Expr
     k: sympy.Expr
     dtype: str
+    epilogue: Node | None = None
 
     family = "matmul"
 
     def reads(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b))))
+        extra = [b for b in _buffers_of(self.epilogue) if b != ACC] if self.epilogue is not None else []
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *extra)))
 
 
 @dataclass(frozen=True)
@@ -180,7 +200,7 @@ class AttentionKernel:
 
     out[b, i, h, :] = sum_j softmax_j(s[b, h, i, j]) * v[b, h // group, j, :], where
     s = scale * q[b, h, i, :] . k[b, h // group, j, :] (+ mask, or -inf where a boolean mask is false, or
-    where `causal` and j > i) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
+    where `causal` and j > i + causal_offset) and group = heads // kv_heads (grouped-query attention). q, k, v are strided
     [batch, heads, rows, dim] views. `mask` is a scalar expression of the index variables i0..i3 (b, h, i, j),
     so a mask computed from inputs (padding, causal, ALiBi) is fused instead of stored. The output is
     contiguous [batch, q_len, heads, value_dim]: the layout models reshape attention's result into.
@@ -202,6 +222,9 @@ class AttentionKernel:
     causal: bool
     mask: Node | None
     dtype: str
+    # The diagonal of causal attention, an expression of the symbols: 0 for is_causal; a mask proved causal
+    # (ir/mask_structure.py) may put it elsewhere, e.g. past the cached keys.
+    causal_offset: sympy.Expr = sympy.Integer(0)
 
     family = "attention"
 

@@ -105,6 +105,37 @@ def loads(node: Node) -> list[Load]:
     return out
 
 
+def substitute(node: Node, indices: dict[sympy.Symbol, sympy.Expr], loads: dict[Load, Node] | None = None) -> Node:
+    """The tree with index variables replaced by expressions (in every offset, bound and index value) and the
+    loads in `loads` (matched as written, before the replacement) replaced by the nodes they map to."""
+    loads = loads or {}
+
+    def walk(n: Node) -> Node:
+        if isinstance(n, Load):
+            if n in loads:
+                return loads[n]
+            indirect = tuple(Indirect(i.var, walk(i.value), sympy.sympify(i.size).xreplace(indices), i.wrap, i.what)
+                             for i in n.indirect)
+            return Load(n.buffer, sympy.expand(sympy.sympify(n.index).xreplace(indices)), n.dtype, indirect)
+        if isinstance(n, IndexValue):
+            return IndexValue(sympy.sympify(n.expr).xreplace(indices), n.dtype)
+        if isinstance(n, Op):
+            return Op(n.name, tuple(walk(a) for a in n.args), n.dtype)
+        return n
+
+    return walk(node)
+
+
+def rename_buffer(node: Node, old: str, new: str) -> Node:
+    """The tree reading buffer `new` wherever it read `old`."""
+    if isinstance(node, Load):
+        indirect = tuple(Indirect(i.var, rename_buffer(i.value, old, new), i.size, i.wrap, i.what) for i in node.indirect)
+        return Load(new if node.buffer == old else node.buffer, node.index, node.dtype, indirect)
+    if isinstance(node, Op):
+        return Op(node.name, tuple(rename_buffer(a, old, new) for a in node.args), node.dtype)
+    return node
+
+
 def index_exprs(node: Node) -> list[sympy.Expr]:
     """Every size expression the tree uses: load offsets, indirect bounds, index values (a kernel's symbols)."""
     out: list[sympy.Expr] = []

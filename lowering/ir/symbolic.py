@@ -67,6 +67,57 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> i
     return int(bound.upper)
 
 
+def fold_div_mod(expr: Expr) -> Expr:
+    """`expr` with each pair c*q*(x // (d*q)) + c*((x // d) % q) folded into c*(x // d) (x // 1 is x; for
+    nonnegative x, as indices are): what a reshape that splits a dimension and one that merges it back leave
+    in an offset."""
+    from torch.utils._sympy import functions as tf
+
+    def split(term: Expr) -> tuple[Expr, Expr, Expr, Expr] | None:
+        """(c, x, d, q) of a term c*((x // d) % q), else None."""
+        coeff, mod = _factor_of(term, (tf.Mod, tf.PythonMod, sympy.Mod, tf.ModularIndexing))
+        if mod is None:
+            return None
+        if isinstance(mod, tf.ModularIndexing):
+            x, d, q = mod.args
+            return coeff, x, d, q
+        x, q = mod.args
+        x, d = (x.args[0], x.args[1]) if isinstance(x, tf.FloorDiv) else (x, sympy.Integer(1))
+        return coeff, x, d, q
+
+    terms = list(sympy.Add.make_args(sympy.expand(expr)))
+    changed = True
+    while changed:
+        changed = False
+        for t in terms:
+            coeff, div = _factor_of(t, tf.FloorDiv)
+            if div is None:
+                continue
+            for u in terms:
+                parts = split(u) if u is not t else None
+                if parts is None:
+                    continue
+                c2, x, d, q = parts
+                if sympy.expand(div.args[0] - x) == 0 and sympy.expand(div.args[1] - d * q) == 0 \
+                        and sympy.expand(coeff - c2 * q) == 0:
+                    whole = x if d == 1 else tf.FloorDiv(x, d)
+                    terms = [v for v in terms if v is not t and v is not u] + [sympy.expand(c2 * whole)]
+                    changed = True
+                    break
+            if changed:
+                break
+    return sympy.expand(sympy.Add(*terms))
+
+
+def _factor_of(term: Expr, kinds) -> tuple[Expr, Expr | None]:
+    """(the rest, the factor) when `term` is a product with exactly one factor of `kinds`."""
+    factors = sympy.Mul.make_args(term)
+    found = [f for f in factors if isinstance(f, kinds)]
+    if len(found) != 1:
+        return term, None
+    return sympy.Mul(*[f for f in factors if f is not found[0]]), found[0]
+
+
 def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
     """The smallest value `expr` takes over the symbols' declared ranges."""
     expr = sympy.sympify(expr)

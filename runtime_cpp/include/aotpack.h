@@ -15,6 +15,19 @@ extern "C" {
 
 #define AOTPACK_API __attribute__((visibility("default")))
 
+/* ---- version ------------------------------------------------------------------------------------ */
+
+/* The release these declarations come from (the one place the version is written: CMake, the SONAME
+ * libaotpack.so.<MAJOR> and the Python package read it from here). A caller compiled against this header
+ * can compare it with aotpack_version(), the library it runs with. */
+#define AOTPACK_VERSION_MAJOR 0
+#define AOTPACK_VERSION_MINOR 1
+#define AOTPACK_VERSION_PATCH 0
+#define AOTPACK_VERSION_STRING "0.1.0"
+
+/* The loaded library's version, "MAJOR.MINOR.PATCH". Static storage; never NULL. */
+AOTPACK_API const char* aotpack_version(void);
+
 /* ---- status ------------------------------------------------------------------------------------- */
 
 typedef enum aotpack_status_code_t {
@@ -204,8 +217,10 @@ typedef enum aotpack_memory_t {
  * reported. A graph reads session-owned input memory: device-I/O inputs are copied into it on the session's
  * stream before the replay (one device copy per input), host-I/O inputs staged in page-locked memory.
  *
- * Host I/O goes through page-locked (pinned) memory the session owns, sized for the declared maxima: the
- * copies run asynchronously at full bandwidth, and aotpack_session_output points into that memory.
+ * Host I/O goes through page-locked (pinned) memory the session owns: the copies run asynchronously at full
+ * bandwidth, and aotpack_session_output points into that memory. The first host-I/O run allocates it for its
+ * sizes and a run at a larger shape grows it (at least doubling, at most to the declared maxima), so those runs
+ * allocate; a run at the maxima first makes every later run allocation-free. Device I/O needs none.
  *
  * On AOTPACK_DEVICE_CPU the device's memory is host memory: AOTPACK_MEMORY_DEVICE is accepted and means
  * AOTPACK_MEMORY_HOST, which is what aotpack_session_io_memory reports. */

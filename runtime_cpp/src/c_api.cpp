@@ -82,6 +82,8 @@ Status required_signature(const char* path, const aotpack_model_options_t& opts,
 
 extern "C" {
 
+const char* aotpack_version(void) { return AOTPACK_VERSION_STRING; }
+
 aotpack_status_code_t aotpack_status_code(aotpack_status_t status) { return status ? status->code : AOTPACK_OK; }
 
 const char* aotpack_status_message(aotpack_status_t status) { return status ? status->message.c_str() : ""; }

@@ -65,6 +65,7 @@ Status load(Library* lib) {
   AOTPACK_RESOLVE(EVP_DigestVerifyInit)
   AOTPACK_RESOLVE(EVP_DigestVerify)
   AOTPACK_RESOLVE(ERR_clear_error)
+  AOTPACK_RESOLVE(EVP_Digest)
 #undef AOTPACK_RESOLVE
 #undef AOTPACK_RESOLVE_EITHER
   if (missing) {

@@ -1,7 +1,8 @@
 // The system's OpenSSL libcrypto, opened with dlopen at run time (libcrypto.so.3, else libcrypto.so.1.1) the
-// way backends/cuda/cuda_driver.cpp opens libcuda: the runtime keeps no link-time dependency on it, and only
-// a model load that is given a trusted public key ever opens it. Only the functions signature verification
-// needs are resolved; the OpenSSL types stay opaque.
+// way backends/cuda/cuda_driver.cpp opens libcuda: the runtime keeps no link-time dependency on it. It is opened
+// by a model load that is given a trusted public key, and by the first digest of a large member (sha256.hpp),
+// which falls back to the built-in SHA-256 where the host lacks it. Only the functions signature verification
+// and digests need are resolved; the OpenSSL types stay opaque.
 #ifndef AOTPACK_SRC_LIBCRYPTO_HPP_
 #define AOTPACK_SRC_LIBCRYPTO_HPP_
 
@@ -38,6 +39,8 @@ struct Library {
   int (*EVP_DigestVerify)(MdCtx* ctx, const unsigned char* sig, size_t siglen, const unsigned char* tbs,
                           size_t tbslen);
   void (*ERR_clear_error)();
+  int (*EVP_Digest)(const void* data, size_t count, unsigned char* md, unsigned int* size, const Md* type,
+                    Engine* impl);
 };
 
 // The library, opened and resolved once per process. UNSUPPORTED, saying so, when the host has no usable

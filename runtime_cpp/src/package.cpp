@@ -10,13 +10,15 @@
 #include <thread>
 #include <vector>
 
+#include "aotpack.h"
 #include "json_reader.hpp"
 #include "sha256.hpp"
 #include "timing.hpp"
 
 namespace aotpack {
 
-// Threads that hash members at most: the weights are one member, so more rarely help.
+// Threads that hash members at most (besides the loading thread, which joins them when it waits): 250 MB of
+// weights in 16 MiB chunks give eight two chunks each, and the weight upload, which runs meanwhile, needs a core.
 constexpr unsigned kMaxDigestThreads = 8;
 
 Status Package::open(const std::string& path, bool verify_digests, const RequiredSignature* signature) {
@@ -66,22 +68,39 @@ Status Package::check_format() const {
                        ", not \"aotpack\"; this is not an aotpack package");
   if (!version || !version->is_int())
     return unsupported("manifest.json: \"format_version\" is missing or not an integer");
-  if (version->as_int() != kFormatVersion)
-    return unsupported("format_version ", version->as_int(), " is not supported: this runtime loads format_version ",
-                       kFormatVersion, " only; use a runtime that matches the exporter, or re-export the model");
+  // Which side must move depends on which is newer: a runtime never guesses at a format it predates.
+  const int64_t found = version->as_int();
+  if (found > kFormatVersion)
+    return unsupported("format_version ", found, " is not supported: this runtime loads format_version ", kFormatVersion,
+                       " only; the package is newer than this runtime (aotpack ", AOTPACK_VERSION_STRING,
+                       "): upgrade the runtime to a release that loads format_version ", found,
+                       " (docs/COMPATIBILITY.md), or re-export the model with the aotpack release of this runtime");
+  if (found != kFormatVersion)
+    return unsupported("format_version ", found, " is not supported: this runtime loads format_version ", kFormatVersion,
+                       " only; re-export the model with this release (aotpack ", AOTPACK_VERSION_STRING,
+                       "), or use a runtime that loads format_version ", found);
   return Status();
 }
 
-// Member digests, checked on background threads. Each job is written by the one thread that hashes it and read
-// by waiters under the mutex.
+// Member digests, checked on background threads. A member whose manifest record lists chunk digests
+// (docs/package-format.md) is checked chunk by chunk, one job each, so that several threads share it: the weights
+// are one member, and one SHA-256 stream cannot be split. Other members are one job each. Each job is written by
+// the one thread that hashes it and read by waiters under the mutex.
 struct Package::Digests {
   struct Job {
-    std::string name;
-    std::string expected;
+    size_t member = 0;  // index into members
+    size_t chunk = 0;   // its place in the member (0 for a whole member)
     MemberBytes bytes;
+    std::string expected;
     int state = 0;  // 0: pending, 1: matches, 2: does not match
   };
-  std::vector<Job> jobs;          // manifest order
+  struct Member {
+    std::string name;
+    size_t first_job = 0, num_jobs = 0;
+    uint64_t chunk_size = 0;  // 0: checked whole, against its sha256
+  };
+  std::vector<Member> members;    // manifest order
+  std::vector<Job> jobs;          // by member, then chunk
   std::vector<size_t> order;      // the order threads take them in
   std::atomic<size_t> next{0};
   mutable std::mutex mu;
@@ -96,6 +115,29 @@ struct Package::Digests {
     for (std::thread& t : threads) t.join();
   }
 
+  void add(const std::string& name, MemberBytes bytes, std::string expected) {
+    members.push_back({name, jobs.size(), 1, 0});
+    Job job;
+    job.member = members.size() - 1;
+    job.bytes = bytes;
+    job.expected = std::move(expected);
+    jobs.push_back(std::move(job));
+  }
+
+  void add_chunked(const std::string& name, MemberBytes bytes, uint64_t chunk_size, std::vector<std::string> expected) {
+    members.push_back({name, jobs.size(), expected.size(), chunk_size});
+    for (size_t c = 0; c < expected.size(); ++c) {
+      Job job;
+      job.member = members.size() - 1;
+      job.chunk = c;
+      job.bytes.data = bytes.data + c * chunk_size;
+      job.bytes.size = static_cast<size_t>(std::min<uint64_t>(chunk_size, bytes.size - c * chunk_size));
+      job.expected = std::move(expected[c]);
+      jobs.push_back(std::move(job));
+    }
+  }
+
+  // Takes and hashes jobs until none is left; any thread may call it, the loading thread too.
   void work() {
     for (size_t k = next++; k < order.size(); k = next++) {
       Job& j = jobs[order[k]];
@@ -107,8 +149,9 @@ struct Package::Digests {
     }
   }
 
-  // Hashes on up to `threads` background threads: the largest member first (on its own, it bounds the time), then
-  // the rest from the smallest, so the members a load reads first are ready soon. Without threads, here.
+  // Hashes on up to `threads` background threads, the smallest jobs first: those are the members a load reads
+  // first (program.json, the kernels), and the chunks of the large members then share the threads evenly.
+  // Without threads, here.
   void start_hashing(unsigned threads_wanted) {
     start = std::chrono::steady_clock::now();
     remaining = jobs.size();
@@ -118,11 +161,13 @@ struct Package::Digests {
     }
     order.resize(jobs.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].bytes.size < jobs[b].bytes.size; });
-    std::rotate(order.begin(), order.end() - 1, order.end());  // the largest first
-    for (const Job& j : jobs) {
-      total += j.bytes.size;
-      largest = std::max<uint64_t>(largest, j.bytes.size);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return jobs[a].bytes.size < jobs[b].bytes.size; });
+    for (const Member& m : members) {
+      uint64_t size = 0;
+      for (size_t k = 0; k < m.num_jobs; ++k) size += jobs[m.first_job + k].bytes.size;
+      total += size;
+      largest = std::max<uint64_t>(largest, size);
     }
     const unsigned n = std::min<unsigned>(threads_wanted, static_cast<unsigned>(jobs.size()));
     for (unsigned t = 0; t < n; ++t) {
@@ -136,14 +181,25 @@ struct Package::Digests {
     if (threads.empty()) work();  // no thread at all: hash here, now
   }
 
-  // Waits for job i; its status.
-  Status wait(size_t i) const {
+  // Waits for member m's jobs; its status, naming the first chunk that does not match.
+  Status wait(size_t m) const {
+    const Member& member = members[m];
     std::unique_lock<std::mutex> lock(mu);
-    done.wait(lock, [&] { return jobs[i].state != 0; });
-    if (jobs[i].state == 1) return Status();
-    return data_loss("member ", jobs[i].name,
-                     " does not match its sha256 digest in manifest.json (the file is corrupt or was modified); "
-                     "re-export it, or pass verify_digests=0 only for trusted files");
+    for (size_t k = 0; k < member.num_jobs; ++k) {
+      const Job& j = jobs[member.first_job + k];
+      done.wait(lock, [&] { return j.state != 0; });
+      if (j.state == 1) continue;
+      std::string where;
+      if (member.chunk_size > 0) {
+        const uint64_t from = j.chunk * member.chunk_size;
+        where = str_cat("chunk ", j.chunk, " of ", member.num_jobs, ", bytes ", from, " to ", from + j.bytes.size - 1,
+                        ", differs: ");
+      }
+      return data_loss("member ", member.name, " does not match its sha256 digest in manifest.json (", where,
+                       "the file is corrupt or was modified); re-export it, or pass verify_digests=0 only for "
+                       "trusted files");
+    }
+    return Status();
   }
 };
 
@@ -164,8 +220,8 @@ Status Package::member_unverified(std::string_view name, MemberBytes* out) const
 Status Package::member(std::string_view name, MemberBytes* out) const {
   AOTPACK_RETURN_IF_ERROR(member_unverified(name, out));
   if (!digests_) return Status();
-  for (size_t i = 0; i < digests_->jobs.size(); ++i) {
-    if (digests_->jobs[i].name == name) return digests_->wait(i);
+  for (size_t i = 0; i < digests_->members.size(); ++i) {
+    if (digests_->members[i].name == name) return digests_->wait(i);
   }
   return Status();  // the manifest, which no digest covers
 }
@@ -173,22 +229,53 @@ Status Package::member(std::string_view name, MemberBytes* out) const {
 Status Package::wait_for_digests() const {
   if (!digests_) return Status();
   const auto wait_start = std::chrono::steady_clock::now();
+  digests_->work();  // the jobs no thread has taken yet: this thread would only wait for them
   Status first;
-  for (size_t i = 0; i < digests_->jobs.size(); ++i) {
+  for (size_t i = 0; i < digests_->members.size(); ++i) {
     Status st = digests_->wait(i);
     if (first.ok() && !st.ok()) first = st;
   }
   if (timings_enabled()) {
+    const auto wait_end = std::chrono::steady_clock::now();
     const Digests& d = *digests_;
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    size_t chunked = 0, largest_job = 0;
+    for (const Digests::Member& m : d.members) chunked += m.chunk_size > 0 ? 1 : 0;
+    for (const Digests::Job& j : d.jobs) largest_job = std::max(largest_job, j.bytes.size);
     report_timing("digests", ms(d.start, d.end),
-                  str_cat(d.jobs.size(), " members, ", d.total / 1000000.0, " MB, the largest ", d.largest / 1000000.0,
-                          " MB, ", d.num_threads, " threads, sha256 ", sha256_accelerated() ? "with" : "without",
-                          " the x86 SHA extensions; overlapped with the rest of the load"));
-    report_timing("waiting for the digests", ms(wait_start, std::chrono::steady_clock::now()),
-                  "what the digests added to the load after the rest of it");
+                  str_cat(d.members.size(), " members (", chunked, " in chunks) in ", d.jobs.size(), " jobs, ",
+                          d.total / 1000000.0, " MB (", d.total / 1000.0 / std::max(ms(d.start, d.end), 1e-3),
+                          " MB/s), the largest ", d.largest / 1000000.0, " MB, ", d.num_threads,
+                          " threads and the loading thread, sha256 ", sha256_implementation(largest_job),
+                          "; overlapped with the rest of the load"));
+    report_timing("waiting for the digests", ms(wait_start, wait_end),
+                  "what the digests added to the load after the rest of it (the loading thread hashing too)");
   }
   return first;
+}
+
+// A member's chunk digests, when its record has them: *chunk_size 0 when it has none (a package written before
+// them), else the size and one digest per chunk, checked against the member's size.
+static Status read_chunk_digests(const JsonReader& r, const json::Value& entry, const std::string& path,
+                                 uint64_t member_size, uint64_t* chunk_size, std::vector<std::string>* digests) {
+  *chunk_size = 0;
+  if (!entry.find("chunk_sha256") && !entry.find("chunk_size")) return Status();
+  int64_t size = 0;
+  const std::vector<json::Value>* list;
+  AOTPACK_RETURN_IF_ERROR(r.int_field(entry, path, "chunk_size", &size));
+  AOTPACK_RETURN_IF_ERROR(r.array_field(entry, path, "chunk_sha256", &list));
+  if (size <= 0) return r.error(JsonReader::join(path, "chunk_size"), "expected a positive integer");
+  const uint64_t expected = (member_size + static_cast<uint64_t>(size) - 1) / static_cast<uint64_t>(size);
+  const std::string list_path = JsonReader::join(path, "chunk_sha256");
+  if (list->size() != expected)
+    return r.error(list_path, str_cat("has ", list->size(), " digests, but ", member_size, " bytes make ", expected,
+                                      " chunks of ", size, " (the file is corrupt or was modified); re-export it"));
+  for (size_t c = 0; c < list->size(); ++c) {
+    if (!(*list)[c].is_string()) return r.error(JsonReader::join(list_path, c), "expected a sha256 digest (a string)");
+    digests->push_back((*list)[c].as_string());
+  }
+  *chunk_size = static_cast<uint64_t>(size);
+  return Status();
 }
 
 Status Package::check_members(bool verify_digests) {
@@ -210,11 +297,16 @@ Status Package::check_members(bool verify_digests) {
       return data_loss("member ", name, " is ", bytes.size, " bytes, but manifest.json says ", size,
                        " (the file is corrupt or was modified); re-export it, or pass verify_digests=0 only for "
                        "trusted files");
-    Digests::Job job;
-    job.name = name;
-    job.expected = std::move(digest);
-    job.bytes = bytes;
-    digests->jobs.push_back(std::move(job));
+    uint64_t chunk_size = 0;
+    std::vector<std::string> chunks;
+    AOTPACK_RETURN_IF_ERROR(read_chunk_digests(r, entry, path, bytes.size, &chunk_size, &chunks));
+    // The chunks stand for the whole digest: both are in manifest.json, which the package digest covers, and
+    // `aotpack verify` checks that they agree (packages/reader.py).
+    if (chunk_size > 0) {
+      digests->add_chunked(name, bytes, chunk_size, std::move(chunks));
+    } else {
+      digests->add(name, bytes, std::move(digest));
+    }
   }
   // Only the manifest itself may go uncovered by a digest.
   for (const ZipMember& m : members_) {

@@ -37,7 +37,8 @@ struct MemberBytes {
 // An open package. Immutable: safe to read from any thread.
 //
 // With digests on, open checks the structure and every member's size, then hashes the members on background
-// threads (the largest, the weights, on one; the rest on the others) while the caller goes on loading: member()
+// threads while the caller goes on loading, a large member (the weights) in the chunks whose digests the manifest
+// lists, several threads at once (older packages without chunk digests: each member whole, on one): member()
 // waits for the member's own digest, so nothing is used before it is checked, except through
 // member_unverified(), for bytes that are only parsed by a validating parser or copied (the weights, which the
 // CUDA backend may upload while their digest is computed). wait_for_digests() says whether all matched.
@@ -63,7 +64,8 @@ class Package {
   // The same bytes without waiting for the digest: only for data that is validated as it is read or merely
   // copied, and whose digest the caller awaits with wait_for_digests before the load succeeds.
   Status member_unverified(std::string_view name, MemberBytes* out) const;
-  // Waits for every digest: OK, or the first mismatch in manifest order (the message names the member).
+  // Waits for every digest, hashing on this thread what no other has started: OK, or the first mismatch in
+  // manifest order (the message names the member, and the chunk).
   Status wait_for_digests() const;
 
  private:

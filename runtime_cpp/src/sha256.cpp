@@ -1,7 +1,10 @@
-// Hand-written SHA-256 (FIPS 180-4): the runtime uses no library beyond the C++ standard library.
+// Hand-written SHA-256 (FIPS 180-4), so that the runtime needs no library beyond the C++ standard library; large
+// inputs go to libcrypto where the host has it (sha256.hpp says why).
 #include "sha256.hpp"
 
 #include <cstring>
+
+#include "libcrypto.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -116,6 +119,30 @@ bool cpu_has_sha_ni() {
 }
 #endif
 
+std::string hex_of(const uint8_t* bytes, size_t n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
+// libcrypto's digest, when the host has the library (and it works): false otherwise, to fall back.
+bool libcrypto_sha256(const uint8_t* data, size_t size, std::string* out) {
+  const crypto::Library* lib = nullptr;
+  if (!crypto::library(&lib).ok()) return false;
+  unsigned char digest[32];
+  unsigned int length = 0;
+  if (lib->EVP_Digest(data, size, digest, &length, lib->EVP_sha256(), nullptr) != 1 || length != 32) {
+    lib->ERR_clear_error();
+    return false;
+  }
+  *out = hex_of(digest, 32);
+  return true;
+}
+
 }  // namespace
 
 bool sha256_accelerated() {
@@ -127,12 +154,22 @@ bool sha256_accelerated() {
 #endif
 }
 
+std::string sha256_implementation(size_t size) {
+  const crypto::Library* lib = nullptr;
+  if (size >= kLibcryptoMinBytes && crypto::library(&lib).ok()) return str_cat("OpenSSL (", lib->soname, ")");
+  return sha256_accelerated() ? "built in, with the x86 SHA extensions" : "built in, portable (no SHA extensions)";
+}
+
 std::string sha256_hex(const uint8_t* data, size_t size, Sha256Impl impl) {
+  if (impl == Sha256Impl::kBest && size >= kLibcryptoMinBytes) {
+    std::string out;
+    if (libcrypto_sha256(data, size, &out)) return out;
+  }
   uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   auto blocks = compress_blocks;
 #ifdef AOTPACK_HAVE_SHA_NI
-  if (impl == Sha256Impl::kBest && sha256_accelerated()) blocks = compress_blocks_sha_ni;
+  if (impl != Sha256Impl::kPortable && sha256_accelerated()) blocks = compress_blocks_sha_ni;
 #endif
   size_t full = size / 64;
   blocks(state, data, full);
@@ -147,16 +184,11 @@ std::string sha256_hex(const uint8_t* data, size_t size, Sha256Impl impl) {
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
   blocks(state, tail, tail_len / 64);
 
-  static const char kHex[] = "0123456789abcdef";
-  std::string out(64, '0');
+  uint8_t digest[32];
   for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      uint8_t byte = static_cast<uint8_t>(state[i] >> (24 - 8 * j));
-      out[8 * i + 2 * j] = kHex[byte >> 4];
-      out[8 * i + 2 * j + 1] = kHex[byte & 15];
-    }
+    for (int j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<uint8_t>(state[i] >> (24 - 8 * j));
   }
-  return out;
+  return hex_of(digest, 32);
 }
 
 }  // namespace aotpack

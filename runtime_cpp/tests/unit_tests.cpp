@@ -1,5 +1,5 @@
 // Unit tests of the runtime's hand-written pieces (JSON, SHA-256, size expressions, zip directory,
-// safetensors, the checks of device pointers), run by tests/runtime/test_runtime_tool.py. No framework: each CHECK prints what failed.
+// safetensors, the checks of device pointers, the staged weight upload), run by tests/runtime/test_runtime_tool.py. No framework: each CHECK prints what failed.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_driver.hpp"
+#include "backends/cuda/cuda_weight_upload.hpp"
 #include "elf_image.hpp"
 #include "expr.hpp"
 #include "json.hpp"
@@ -279,6 +280,105 @@ static void test_base64_and_pae() {
   CHECK(dsse_pae("", "") == "DSSEv1 0  0 ");
 }
 
+
+// A driver whose asynchronous copies really are asynchronous: queued, and run only when an event recorded after
+// them is waited for, so that an upload which refilled a staging buffer before its copies ran would deliver the
+// refilled bytes, not the weights. "Device" memory is host memory.
+namespace upload_stub {
+struct Copy {
+  cuda::CUdeviceptr dst;
+  const void* src;
+  size_t bytes;
+};
+std::vector<Copy> queue;                  // not yet run, in order
+std::vector<size_t> marks(2, 0);          // per event: how much of the queue it covers
+int host_allocs = 0, fail_host_alloc = 0, sync_copies = 0;
+std::vector<std::vector<uint8_t>> pinned;
+
+cuda::CUresult mem_host_alloc(void** p, size_t bytes, unsigned int) {
+  if (fail_host_alloc) return 2;
+  pinned.emplace_back(bytes, 0xEE);
+  *p = pinned.back().data();
+  ++host_allocs;
+  return 0;
+}
+cuda::CUresult mem_free_host(void*) { return 0; }
+cuda::CUresult event_create(cuda::CUevent* e, unsigned int) {
+  static int next = 0;
+  *e = reinterpret_cast<cuda::CUevent>(static_cast<uintptr_t>(1 + next++ % 2));
+  return 0;
+}
+size_t event_index(cuda::CUevent e) { return static_cast<size_t>(reinterpret_cast<uintptr_t>(e)) - 1; }
+cuda::CUresult event_record(cuda::CUevent e, cuda::CUstream) {
+  marks[event_index(e)] = queue.size();
+  return 0;
+}
+size_t done = 0;  // queue entries run so far
+cuda::CUresult event_synchronize(cuda::CUevent e) {
+  for (; done < marks[event_index(e)]; ++done)
+    std::memcpy(reinterpret_cast<void*>(queue[done].dst), queue[done].src, queue[done].bytes);
+  return 0;
+}
+cuda::CUresult event_destroy(cuda::CUevent) { return 0; }
+cuda::CUresult copy_async(cuda::CUdeviceptr dst, const void* src, size_t bytes, cuda::CUstream) {
+  queue.push_back({dst, src, bytes});
+  return 0;
+}
+cuda::CUresult copy_sync(cuda::CUdeviceptr dst, const void* src, size_t bytes) {
+  std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  ++sync_copies;
+  return 0;
+}
+cuda::CUresult stream_synchronize(cuda::CUstream) { return 0; }
+cuda::CUresult error_name(cuda::CUresult, const char** s) {
+  *s = "CUDA_ERROR_OUT_OF_MEMORY";
+  return 0;
+}
+}  // namespace upload_stub
+
+static void test_staged_weight_upload() {
+  using namespace upload_stub;
+  cuda::Driver d{};
+  d.cuMemHostAlloc = mem_host_alloc;
+  d.cuMemFreeHost = mem_free_host;
+  d.cuEventCreate = event_create;
+  d.cuEventRecord = event_record;
+  d.cuEventSynchronize = event_synchronize;
+  d.cuEventDestroy = event_destroy;
+  d.cuMemcpyHtoDAsync = copy_async;
+  d.cuMemcpyHtoD = copy_sync;
+  d.cuStreamSynchronize = stream_synchronize;
+  d.cuGetErrorName = error_name;
+  d.cuGetErrorString = error_name;
+  // Three weights, two larger than a staging buffer and one that straddles a buffer boundary.
+  const size_t sizes[] = {kWeightStagingBytes + 1000, 3, 2 * kWeightStagingBytes + 13};
+  std::vector<std::vector<uint8_t>> src, dst;
+  std::vector<WeightCopy> copies;
+  uint32_t x = 99;
+  for (size_t n : sizes) {
+    src.emplace_back(n);
+    for (uint8_t& b : src.back()) b = static_cast<uint8_t>((x = x * 1103515245u + 12345u) >> 24);
+    dst.emplace_back(n, 0);
+  }
+  for (size_t i = 0; i < src.size(); ++i)
+    copies.push_back({reinterpret_cast<cuda::CUdeviceptr>(dst[i].data()), src[i].data(), src[i].size(),
+                      static_cast<int64_t>(i)});
+  std::string how;
+  CHECK(upload_weights(d, copies, "test device", &how).ok());
+  CHECK(done == queue.size() && queue.size() > 4);  // every copy ran before upload_weights returned
+  CHECK(host_allocs == 2);
+  CHECK(how.find("through 2 page-locked staging buffers of 4194304 bytes") == 0);
+  for (size_t i = 0; i < src.size(); ++i) CHECK(dst[i] == src[i]);
+
+  // No page-locked memory to be had: the same bytes by synchronous copies, and *how says why.
+  fail_host_alloc = 1;
+  for (auto& v : dst) std::fill(v.begin(), v.end(), 0);
+  CHECK(upload_weights(d, copies, "test device", &how).ok());
+  CHECK(sync_copies == 3);
+  CHECK(how.find("synchronous pageable copies: no page-locked staging memory (cuMemHostAlloc(") == 0);
+  for (size_t i = 0; i < src.size(); ++i) CHECK(dst[i] == src[i]);
+}
+
 int main() {
   test_sha256();
   test_base64_and_pae();
@@ -289,6 +389,7 @@ int main() {
   test_zip_rejects_garbage();
   test_safetensors_round_trip();
   test_device_pointer_checks();
+  test_staged_weight_upload();
   if (g_failures) {
     std::printf("%d check(s) failed\n", g_failures);
     return 1;

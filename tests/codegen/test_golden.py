@@ -14,6 +14,7 @@ import pytest
 import sympy
 from aotpack.lowering.backends.cpu.render import CppRenderer, render_cpp_library
 from aotpack.lowering.ir.kernels import (
+    AttentionKernel,
     Buffer,
     MatmulKernel,
     PointwiseKernel,
@@ -22,6 +23,8 @@ from aotpack.lowering.ir.kernels import (
     ScatterKernel,
     StridedView,
     Symbol,
+    epilogue_vars,
+    product_value,
 )
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
@@ -30,6 +33,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 n = size_symbol("n")
 i0, i1, r0 = index_var("i", 0), index_var("i", 1), index_var("r", 0)
 u0, u1, x0 = index_var("u", 0), index_var("u", 1), sympy.Symbol("x0", integer=True)
+_, e1, e2 = epilogue_vars()
 
 
 def _program(steps, buffers) -> Program:
@@ -73,11 +77,44 @@ CASES = {
             x0, Load("idx", u0, "int64"), sympy.Integer(8), True, "index_put at model.py:3: an index is outside the dimension"),)),
             Const(2.0, "float32"), "assign")],
         [X, Buffer("idx", "int64", (n,), "input", "idx"), OUT]),
+    # causal attention whose mask keeps a padding term (what a causal mask built from positions and-ed with
+    # a padding row lowers to): q, k, v are column slices of one [n, 48] input, 2 heads of dim 8
+    "attention_causal_padding": _program(
+        [AttentionKernel("out", *(StridedView("x", sympy.Integer(16 * part), (48 * n, sympy.Integer(8), sympy.Integer(48),
+                                                                                sympy.Integer(1))) for part in range(3)),
+                         sympy.Integer(1), sympy.Integer(2), sympy.Integer(2), n, n, sympy.Integer(8), sympy.Integer(8),
+                         0.35, True, Op("where", (Op("gt", (Load("pad", index_var("i", 3), "float32"),
+                                                            Const(0.0, "float32")), "bool"),
+                                                  Const(0.0, "float32"), Const(float("-inf"), "float32")), "float32"),
+                         "float32")],
+        [Buffer("x", "float32", (n, sympy.Integer(48)), "input", "x"), Buffer("pad", "float32", (n,), "input", "pad"),
+         Buffer("out", "float32", (sympy.Integer(1), n, sympy.Integer(2), sympy.Integer(8)), "output", "output")]),
+    # causal attention with its diagonal at j <= i + n: n queries after n keys of a memory (keys 2n long), no mask
+    "attention_causal_diagonal": _program(
+        [AttentionKernel("out", StridedView("x", sympy.Integer(0), (16 * n, sympy.Integer(8), sympy.Integer(16),
+                                                                    sympy.Integer(1))),
+                         *(StridedView("kv", sympy.Integer(16 * part), (64 * n, sympy.Integer(8), sympy.Integer(32),
+                                                                        sympy.Integer(1))) for part in range(2)),
+                         sympy.Integer(1), sympy.Integer(2), sympy.Integer(2), n, 2 * n, sympy.Integer(8),
+                         sympy.Integer(8), 0.35, True, None, "float32", causal_offset=n)],
+        [Buffer("x", "float32", (n, sympy.Integer(16)), "input", "x"),
+         Buffer("kv", "float32", (2 * n, sympy.Integer(32)), "input", "kv"),
+         Buffer("out", "float32", (sympy.Integer(1), n, sympy.Integer(2), sympy.Integer(8)), "output", "output")]),
     "matmul_transposed_b": _program(
         [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
                       sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "float32")],
         [X, Buffer("w2", "float32", (4, 8), "weight", "w2"), Buffer("out", "float32", (n, 4), "output", "output")]),
+    # relu(x @ w2^T + bias) + x[:, :4] in bf16, the epilogue fused into the product (ir/epilogue.py)
+    "matmul_bf16_epilogue": _program(
+        [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
+                      StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
+                      sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "bfloat16",
+                      Op("add", (Op("relu", (Op("add", (product_value("bfloat16"), Load("bias", e2, "bfloat16")),
+                                                "float32"),), "float32"), Load("x", 8 * e1 + e2, "bfloat16")),
+                         "float32"))],
+        [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (4, 8), "weight", "w2"),
+         Buffer("bias", "bfloat16", (4,), "weight", "bias"), Buffer("out", "bfloat16", (n, 4), "output", "output")]),
 }
 
 

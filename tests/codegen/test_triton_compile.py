@@ -67,11 +67,11 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from triton_interp import run_program
 from aotpack.build import capture_model_file
-from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.stages import lower
 from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.verification import relative_error
 captured = capture_model_file(sys.argv[2])
-program = GraphLowering(captured).run()
+program = lower(captured)
 torch.manual_seed(0)
 inputs = [torch.randn(x.shape).to(x.dtype) if x.is_floating_point() else x for x in captured.example_inputs]
 with torch.no_grad():
@@ -96,7 +96,7 @@ ATTENTION = r"""
 import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from triton_interp import run_program
-from test_attention import CASES, HERE, SelfAttention, _pad
+from test_attention import HERE, _pad, attention_model
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.lowering.frontend.decompositions import decompositions
@@ -105,12 +105,13 @@ from aotpack.verification import relative_error
 report = {}
 for name in sys.argv[3].split(","):
     torch.manual_seed(0)
-    model = SelfAttention(*CASES[name]).eval()
+    model = attention_model(name)
     spec = ModelSpec(HERE, model, (torch.randn(2, 8, 16), _pad(2, 8)), ("x", "pad"),
                      {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 80)})
     plan = resolve_symbols(spec)
     program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
     assert any(step.family == "attention" for step in program.steps)
+    report[f"{name} causal"] = [str(s.causal_offset) for s in program.steps if s.family == "attention" and s.causal]
     library = render_triton_library(program)
     for seq in (1, 70):
         inputs = [torch.randn(2, seq, 16), _pad(2, seq)]
@@ -130,4 +131,21 @@ def test_attention_kernel_matches_eager_in_the_triton_interpreter():
                             check=False, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(report) == 6 and all(not errors and rel <= 1e-5 for errors, rel in report.values()), report
+    runs = {k: v for k, v in report.items() if not k.endswith(" causal")}
+    assert len(runs) == 6 and all(not errors and rel <= 1e-5 for errors, rel in runs.values()), report
+
+
+def test_causal_diagonals_of_masks_built_from_positions_in_the_triton_interpreter():
+    """Masks built from aranges (tests/e2e/test_attention.py's POSITION_CASES) become causal kernels with their
+    diagonal off the main one (2, -1 with padding, seq past a memory of keys): the key blocks the Triton kernel
+    skips and the edge blocks it masks, across two row blocks (seq 70, blocks of 64), against eager."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cases = "diagonal_plus_2,diagonal_minus_1_padding,keys_past_a_memory"
+    result = subprocess.run([sys.executable, "-c", ATTENTION, str(HERE), str(HERE.parent / "e2e"), cases],
+                            check=False, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {k: v for k, v in report.items() if k.endswith(" causal")} == {
+        "diagonal_plus_2 causal": ["2"], "diagonal_minus_1_padding causal": ["-1"], "keys_past_a_memory causal": ["seq"]}
+    runs = {k: v for k, v in report.items() if not k.endswith(" causal")}
+    assert len(runs) == 6 and all(not errors and rel <= 1e-5 for errors, rel in runs.values()), report

@@ -64,6 +64,62 @@ CASES = {
 }
 
 
+class PositionMaskAttention(nn.Module):
+    """Attention whose mask the model builds from positions, the way transformers' masking utilities do:
+    aranges of positions, indexed by aranges of batch, query and key indices, compared (with a diagonal
+    offset), optionally and-ed with a padding row. `memory` prepends a copy of the sequence to the keys, so
+    keys are twice as long as queries and the query at row i sits at position i + seq."""
+
+    def __init__(self, diagonal: int, padding: bool, memory: bool, spelling: str) -> None:
+        super().__init__()
+        self.diagonal, self.padding, self.memory, self.spelling = diagonal, padding, memory, spelling
+        self.qkv = nn.Linear(16, 3 * 16)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, _, _ = (t.view(b, s, 2, 8).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        source = torch.cat([0.5 * x, x], 1) if self.memory else x
+        _, k, v = (t.view(b, source.shape[1], 2, 8).transpose(1, 2) for t in self.qkv(source).chunk(3, -1))
+        past = s if self.memory else 0
+        cache_position = torch.arange(s) + past  # the queries' positions
+        key_position = torch.arange(source.shape[1])
+        batch_idx, q_idx = torch.arange(b), torch.arange(s)
+        positions = cache_position[None, :].expand(b, -1)
+        q_pos = positions[batch_idx[:, None, None, None], q_idx[None, None, :, None]]
+        kv_pos = key_position[None, None, None, :]
+        if self.spelling == "le":
+            mask = kv_pos <= q_pos + self.diagonal
+        elif self.spelling == "difference":
+            mask = (q_pos - kv_pos) >= -self.diagonal
+        elif self.spelling == "tril":
+            mask = torch.ones(s, source.shape[1], dtype=torch.bool).tril(self.diagonal)
+        else:  # "not_gt": ~(j > i + c)
+            mask = ~(kv_pos > q_pos + self.diagonal)
+        if self.padding:
+            keys_pad = torch.cat([torch.ones_like(pad), pad], 1) if self.memory else pad
+            mask = mask & (keys_pad > 0)[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, s, 16)
+
+
+POSITION_CASES = {
+    # name: (diagonal, padding, memory, spelling), and the causal offset the kernel must get (None: seq)
+    "arange_causal": ((0, False, False, "le"), 0),
+    "padding_and_causal": ((0, True, False, "le"), 0),
+    "diagonal_plus_2": ((2, False, False, "difference"), 2),
+    "diagonal_minus_1_padding": ((-1, True, False, "not_gt"), -1),  # row 0 sees no key: zeros, as eager gives
+    "keys_past_a_memory": ((0, True, True, "le"), None),
+    "tril_of_ones": ((1, False, False, "tril"), 1),
+}
+
+
+def attention_model(name: str) -> nn.Module:
+    """The model of a case of CASES or POSITION_CASES (tests/codegen runs them in the Triton interpreter)."""
+    if name in POSITION_CASES:
+        return PositionMaskAttention(*POSITION_CASES[name][0]).eval()
+    return SelfAttention(*CASES[name]).eval()
+
+
 def _pad(batch: int, seq: int) -> torch.Tensor:
     """Per-row lengths as a 0/1 float mask; the first row is full, the others shorter (at least 1)."""
     lengths = [seq] + [max(1, seq - 5 * r) for r in range(1, batch)]
@@ -144,3 +200,35 @@ def test_a_broadcast_mask_is_recomputed_not_stored(tmp_path, rt):
             expected = to_numpy(model(x, pad))
         out = session.run([to_numpy(x), to_numpy(pad)])[0]
         assert relative_error(out, expected) <= TOLERANCE["float32"], mismatch_report("out", out, expected)
+
+
+@pytest.mark.parametrize("name", sorted(POSITION_CASES))
+def test_mask_built_from_positions_is_index_math_and_causal(name, tmp_path, rt):
+    """The mask stays an expression of the row and key index (no arena buffer holds it), its causal term becomes
+    the kernel's causal diagonal (key blocks past it are skipped), what else it masks stays the mask; and the
+    result matches eager across block edges."""
+    from aotpack.lowering.frontend.graph import GraphLowering
+    from aotpack.lowering.ir.symbolic import size_symbol
+
+    torch.manual_seed(0)
+    model = attention_model(name)
+    spec = ModelSpec(HERE, model, (torch.randn(2, 8, 16), _pad(2, 8)), ("x", "pad"),
+                     {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 130)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    program = GraphLowering(captured).run()
+    (step,) = [s for s in program.steps if s.family == "attention"]
+    expected_offset = POSITION_CASES[name][1]
+    assert step.causal and step.causal_offset == (size_symbol("seq") if expected_offset is None else expected_offset)
+    assert (step.mask is None) == (not POSITION_CASES[name][0][1]), step.mask  # only padding remains
+    qkv = {step.q.buffer, step.k.buffer, step.v.buffer}
+    assert not [b for b in step.reads() if b not in qkv and program.buffers[b].kind == "arena"], step.mask
+    assert all(len(b.shape) < 3 for b in program.buffers.values() if b.dtype == "bool"), program.buffers
+    session = rt.Model(build_package(captured, tmp_path / f"{name}.aotpack").path).session(num_threads=2)
+    for seq in (1, 7, 64, 65, 97, 130):
+        x, pad = torch.randn(2, seq, 16), _pad(2, seq)
+        with torch.no_grad():
+            expected = to_numpy(model(x, pad))
+        out = session.run([to_numpy(x), to_numpy(pad)])[0]
+        assert out.shape == expected.shape and relative_error(out, expected) <= TOLERANCE["float32"], \
+            f"seq={seq}: " + mismatch_report("out", out, expected)

@@ -139,3 +139,26 @@ def test_hf_model_file_gives_the_same_weights_each_load(name):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert all(torch.equal(x, y) for x, y in zip(first.example_inputs, second.example_inputs))
+
+
+@pytest.mark.parametrize("name, causal", [("gpt2", True), ("llama", True), ("bert", False)])
+def test_hf_attention_masks_are_index_math(name, causal):
+    """transformers builds GPT-2's and Llama's causal masks by indexing positions, BERT's padding mask from its
+    attention_mask input: lowered, no mask is stored in the arena at [batch, 1, seq, seq] (the mask reads at most
+    [batch, seq] buffers), and the causal ones make causal kernels on the main diagonal with no mask left (their
+    packed-sequence term is proved constant: ir/constant_over_box.py)."""
+    from aotpack.api import capture_spec
+    from aotpack.lowering.frontend.graph import GraphLowering
+
+    program = GraphLowering(capture_spec(load_model_file(EXAMPLES / name / "model.py"))).run()
+    steps = [s for s in program.steps if s.family == "attention"]
+    assert len(steps) == 2  # the small configs' two layers
+    for step in steps:
+        assert step.causal == causal and step.causal_offset == 0
+        mask_reads = [b for b in step.reads() if b not in (step.q.buffer, step.k.buffer, step.v.buffer)]
+        assert all(len(program.buffers[b].shape) <= 2 for b in mask_reads), [program.buffers[b] for b in mask_reads]
+        if name == "bert":  # the padding mask is read straight from the input, per key
+            assert [program.buffers[b].kind for b in mask_reads] == ["input"]
+        else:  # causal and packed-sequence terms both proved: the kernel is is_causal's, no mask left
+            assert step.mask is None, step.mask
+    assert not [b for b in program.buffers.values() if b.kind == "arena" and b.dtype == "bool" and len(b.shape) >= 3]

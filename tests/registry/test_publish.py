@@ -217,16 +217,66 @@ def test_triton_repository_follows_the_format(mlp_package, tmp_path):
     # Parsing fails on any field, enum value or syntax that Triton's own schema does not have.
     config = text_format.Parse((out / "mlp" / "config.pbtxt").read_text(), pb2.ModelConfig())
     assert config.name == "mlp"  # Triton requires the model's folder name
-    assert config.backend == "aotpack" and config.max_batch_size == 0
+    # batch is dim 0 of the input and the output: Triton's batch dim, so it leaves dims.
+    assert config.backend == "aotpack" and config.max_batch_size == 64
     assert list(config.version_policy.specific.versions) == [3]
     assert (out / "mlp" / "3" / config.default_model_filename).read_bytes() == mlp_package.read_bytes()
     (inp,), (outp,) = config.input, config.output
-    assert (inp.name, pb2.DataType.Name(inp.data_type), list(inp.dims)) == ("input", "TYPE_FP32", [-1, 32])
-    assert (outp.name, pb2.DataType.Name(outp.data_type), list(outp.dims)) == ("output", "TYPE_FP32", [-1, 10])
+    assert (inp.name, pb2.DataType.Name(inp.data_type), list(inp.dims)) == ("input", "TYPE_FP32", [32])
+    assert (outp.name, pb2.DataType.Name(outp.data_type), list(outp.dims)) == ("output", "TYPE_FP32", [10])
+    assert not config.instance_group and not config.HasField("dynamic_batching")
     params = {k: v.string_value for k, v in config.parameters.items()}
     assert params["aotpack.symbol.batch"] == "1..64"
     assert params["aotpack.package_digest"] == package.digest and params["aotpack.package_version"] == "1.0.0"
     assert json.loads(params["aotpack.signature"]) == package.manifest["signature"]
+
+
+def test_triton_options_write_instance_groups_and_dynamic_batching(mlp_package, tmp_path):
+    from google.protobuf import text_format
+
+    pb2 = _triton_model_config()
+    out = tmp_path / "batched"
+    _publish(mlp_package, "triton", out, "--instance-kind", "cpu", "--instances", "3", "--dynamic-batching",
+             "--max-queue-delay-us", "2500", "--threads", "4")
+    config = text_format.Parse((out / "mlp" / "config.pbtxt").read_text(), pb2.ModelConfig())
+    assert config.parameters["aotpack.num_threads"].string_value == "4"
+    (group,) = config.instance_group
+    assert (pb2.ModelInstanceGroup.Kind.Name(group.kind), group.count, list(group.gpus)) == ("KIND_CPU", 3, [])
+    assert config.dynamic_batching.max_queue_delay_microseconds == 2500
+    out = tmp_path / "unbatched"
+    _publish(mlp_package, "triton", out, "--no-batching")
+    config = text_format.Parse((out / "mlp" / "config.pbtxt").read_text(), pb2.ModelConfig())
+    assert config.max_batch_size == 0 and list(config.input[0].dims) == [-1, 32]
+
+
+def test_triton_refuses_options_the_package_cannot_serve(mlp_package, tmp_path):
+    for options, message in [(["--no-batching", "--dynamic-batching"], "the package has no batch symbol"),
+                             (["--instance-kind", "gpu"], "the package has no CUDA kernels"),
+                             (["--gpus", "0"], "--gpus needs --instance-kind gpu")]:
+        out = tmp_path / "r"
+        result = run([*AOTPACK, "publish", str(mlp_package), "--format", "triton", "--out", str(out), *options])
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert not out.exists()  # refused before anything is written
+    result = run([*AOTPACK, "publish", str(mlp_package), "--format", "oci", "--out", str(tmp_path / "o"),
+                  "--instances", "2"])
+    assert result.returncode == 2 and "--instances: options of --format triton only" in result.stderr
+
+
+def test_batch_symbol_rule():
+    from aotpack.publish.triton import batch_symbol
+
+    symbols = [{"name": "b", "min": 1, "max": 8}, {"name": "s", "min": 1, "max": 9}]
+
+    def sig(inputs, outputs):
+        return {"symbols": symbols, "inputs": [{"shape": s} for s in inputs], "outputs": [{"shape": s} for s in outputs]}
+
+    assert batch_symbol(sig([["b", "s"], ["b", 4]], [["b", ["+", "s", -1]]]))["name"] == "b"
+    assert batch_symbol(sig([["s", "b"]], [["s", "b"]]))["name"] == "s"  # any name: the dim decides
+    assert batch_symbol(sig([["b", "b"]], [["b"]])) is None  # b elsewhere: rows are not independent
+    assert batch_symbol(sig([["b", 4]], [["b", ["*", "b", 2]]])) is None  # an output size that uses b
+    assert batch_symbol(sig([["b", 4]], [[4, "b"]])) is None  # an output not split by rows
+    assert batch_symbol(sig([[2, "s"]], [[2, "s"]])) is None  # no symbol on dim 0
+    assert batch_symbol(sig([["b", 4], [4]], [["b"]])) is None  # an input without the batch dim
 
 
 # ---- refusals ---------------------------------------------------------------------------------------

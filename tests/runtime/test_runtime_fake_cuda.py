@@ -101,8 +101,14 @@ def calls_of(run: list[str]) -> list[str]:
     return [line.split("(")[0].split(" =")[0] for line in run]
 
 
+def staging_calls(run: list[str]) -> list[str]:
+    return [line for line in run if line.startswith(("cuMemHostAlloc", "cuMemFreeHost"))]
+
+
 def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
-    """Without graphs, each run queues its copies (from and to page-locked staging memory) and launches."""
+    """Without graphs, each run queues its copies (from and to page-locked staging memory) and launches. The staging
+    memory comes with the first run, sized for it, and grows (at least doubling, at most to the maxima) when a
+    larger shape comes; a smaller one reuses it."""
     path, steps = package
     trace = tmp_path / "trace.txt"
     result = run_python(
@@ -111,16 +117,37 @@ def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
         import numpy as np
         from aotpack import runtime as rt
         session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
-        for n in (5, 16):
+        for n in (5, 6, 16, 3):
             (out,) = session.run([np.zeros((n, 8), np.float32)])
             assert out.shape == (n, 4), out.shape
+        del session, out
+        open({str(trace)!r}, "a").write("-- session destroyed\\n")
         """,
         FAKE_CUDA_TRACE=str(trace),
     )
     assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    created = lines.index("cuStreamCreate(1)")
+    # The session itself page-locks only its error flags (one int32 per step).
+    assert staging_calls(lines[created:created + lines[created:].index("cuCtxSetCurrent(primary)")]) == [
+        f"cuMemHostAlloc({max(4 * steps, 256)}, 0) = h1"], lines
     runs = runs_of(trace)
-    assert len(runs) == 2, runs
-    for n, run in zip((5, 16), runs):
+    assert len(runs) == 4, runs
+    # Input n * 32 bytes, output n * 16 (each allocation at least 256): n=5 allocates both, n=6 doubles the input
+    # (160 -> 320) and the output (80 -> 160), n=16 grows both to the maxima, n=3 fits.
+    assert [staging_calls(run) for run in runs] == [
+        ["cuMemHostAlloc(256, 0) = h2", "cuMemHostAlloc(256, 0) = h3"],
+        ["cuMemHostAlloc(320, 0) = h4", "cuMemHostAlloc(256, 0) = h5"],
+        ["cuMemHostAlloc(512, 0) = h6", "cuMemHostAlloc(256, 0) = h7"],
+        [],
+    ], runs
+    # The outgrown memory stays until the session goes (a copy=False view of an earlier output may read it).
+    destroyed = lines.index("-- session destroyed")
+    last_run_end = max(i for i, line in enumerate(lines[:destroyed]) if line == "cuStreamSynchronize")
+    assert sorted(staging_calls(lines[last_run_end:destroyed])) == sorted(
+        f"cuMemFreeHost(h{k}+0)" for k in range(1, 8)), lines
+    for n, run in zip((5, 6, 16, 3), runs):
+        run = [line for line in run if line not in staging_calls(run)]
         assert calls_of(run) == (
             ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuMemsetD8Async"]
             + ["cuLaunchKernel"] * steps
@@ -133,6 +160,63 @@ def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
         assert re.match(r"cuMemcpyDtoHAsync\(h\d+\+0, d\d+\+0, ", run[-3]), run[-3]
 
 
+def test_a_device_io_session_page_locks_only_its_error_flags(runtime_build, package, tmp_path):
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device")
+x = alloc(16 * 8 * 4)
+for n in (16, 3, 7):
+    (out,) = session.run([Dev(x, (n, 8))])
+    assert out.shape == (n, 4)
+""",
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    session = lines[lines.index("cuStreamCreate(1)"):]
+    # The flags' page-locked int32s, freed with the session; no staging memory at all.
+    assert staging_calls(session) == [f"cuMemHostAlloc({max(4 * steps, 256)}, 0) = h1", "cuMemFreeHost(h1+0)"], session
+
+
+def test_growing_the_staging_memory_drops_the_graphs_that_name_it(runtime_build, package, tmp_path):
+    """A graph bakes in the staging buffers' addresses: when they move, every cached graph goes, and a shape
+    recorded before is recorded again. At the maxima, the memory never moves again."""
+    path, _ = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda")
+        for n in (2, 2, 16, 2, 2, 16):
+            (out,) = session.run([np.zeros((n, 8), np.float32)])
+            assert out.shape == (n, 4)
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+        AOTPACK_TIMINGS="1",
+    )
+    assert result.returncode == 0, result.stderr
+    events = [[line.split(" =")[0].split(",")[0] for line in run
+               if line.startswith(("cuMemHostAlloc", "cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphLaunch"))]
+              for run in runs_of(trace)]
+    assert events == [
+        ["cuMemHostAlloc(256", "cuMemHostAlloc(256", "cuGraphInstantiateWithFlags(g0", "cuGraphLaunch(e0"],
+        ["cuGraphLaunch(e0"],
+        ["cuMemHostAlloc(512", "cuMemHostAlloc(256", "cuGraphExecDestroy(e0)", "cuGraphInstantiateWithFlags(g1",
+         "cuGraphLaunch(e1"],
+        ["cuGraphInstantiateWithFlags(g2", "cuGraphLaunch(e2"],  # n=2's graph named the old buffers
+        ["cuGraphLaunch(e2"],
+        ["cuGraphLaunch(e1"],
+    ], events
+    grown = [line for line in result.stderr.splitlines() if "cuda host staging grown" in line]
+    # Input 16 * 32 bytes and output 16 * 16 at the maxima, page-locked by the second growth.
+    assert len(grown) == 2 and grown[-1].endswith("(0.000768 MB page-locked now)"), grown
+
+
 def test_graphs_are_captured_once_per_shape_and_replayed(runtime_build, package, tmp_path):
     path, steps = package
     trace = tmp_path / "trace.txt"
@@ -142,7 +226,7 @@ def test_graphs_are_captured_once_per_shape_and_replayed(runtime_build, package,
         import numpy as np
         from aotpack import runtime as rt
         session = rt.Model({str(path)!r}).session(device="cuda")
-        for n in (5, 16, 5, 16, 16):
+        for n in (16, 5, 16, 5, 5):  # the maxima first: the staging memory never moves (see below)
             (out,) = session.run([np.full((n, 8), n, np.float32)])
             assert out.shape == (n, 4), out.shape
         """,
@@ -157,7 +241,8 @@ def test_graphs_are_captured_once_per_shape_and_replayed(runtime_build, package,
         + ["capture: cuMemcpyDtoHAsync", "capture: cuMemcpyDtoHAsync", "cuStreamEndCapture",
            "cuGraphInstantiateWithFlags", "cuGraphDestroy", "cuGraphLaunch", "cuStreamSynchronize"]
     )
-    for n, run in zip((5, 16), runs[:2]):
+    for n, run in zip((16, 5), runs[:2]):
+        run = [line for line in run if line not in staging_calls(run)]
         assert calls_of(run) == capture, run
         assert run[1] == "cuStreamBeginCapture(mode 1)", run  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         assert run[2].endswith(f", {n * 8 * 4})") and run[-7].endswith(f", {n * 4 * 4})"), run
@@ -177,7 +262,7 @@ def test_the_graph_cache_evicts_the_least_recently_used_shape(runtime_build, pac
         import numpy as np
         from aotpack import runtime as rt
         session = rt.Model({str(path)!r}).session(device="cuda", cuda_graph_cache_size=2)
-        for n in (1, 2, 1, 3, 2, 3, 1):
+        for n in (3, 1, 3, 2, 1, 2, 3):  # the largest first: the staging memory never moves (see below)
             session.run([np.zeros((n, 8), np.float32)])
         del session
         """,
@@ -190,13 +275,13 @@ def test_the_graph_cache_evicts_the_least_recently_used_shape(runtime_build, pac
     events = [[e.split(",")[0].replace("cuGraphInstantiateWithFlags(", "new ").split(")")[0] for e in run]
               for run in events]
     assert events == [
-        ["new g0", "cuGraphLaunch(e0"],                            # n=1: captured
-        ["new g1", "cuGraphLaunch(e1"],                            # n=2: captured
-        ["cuGraphLaunch(e0"],                                      # n=1: replayed
-        ["cuGraphExecDestroy(e1", "new g2", "cuGraphLaunch(e2"],   # n=3: n=2 was least recently used
-        ["cuGraphExecDestroy(e0", "new g3", "cuGraphLaunch(e3"],   # n=2 again: n=1 evicted
-        ["cuGraphLaunch(e2"],                                      # n=3: replayed
-        ["cuGraphExecDestroy(e3", "new g4", "cuGraphLaunch(e4"],   # n=1 again: n=2 evicted
+        ["new g0", "cuGraphLaunch(e0"],                            # n=3: captured
+        ["new g1", "cuGraphLaunch(e1"],                            # n=1: captured
+        ["cuGraphLaunch(e0"],                                      # n=3: replayed
+        ["cuGraphExecDestroy(e1", "new g2", "cuGraphLaunch(e2"],   # n=2: n=1 was least recently used
+        ["cuGraphExecDestroy(e0", "new g3", "cuGraphLaunch(e3"],   # n=1 again: n=3 evicted
+        ["cuGraphLaunch(e2"],                                      # n=2: replayed
+        ["cuGraphExecDestroy(e3", "new g4", "cuGraphLaunch(e4"],   # n=3 again: n=1 evicted
     ], events
     lines = trace.read_text().splitlines()
     # Destroying the session frees the graphs it still holds.
@@ -469,8 +554,10 @@ def test_a_load_prepares_the_gpu_while_it_checks_the_digests(runtime_build, pack
     lines = trace.read_text().splitlines()
     loaded = lines.index("-- loaded")
     assert any(line.startswith("cuModuleLoadData") for line in lines[:loaded]), lines
-    assert any(line.startswith("cuMemcpyHtoD(") for line in lines[:loaded]), lines  # the weights
-    assert not any(line.startswith(("cuModuleLoadData", "cuMemcpyHtoD(")) for line in lines[loaded:]), lines
+    weights = next(line for line in lines if line.startswith("cuMemAlloc(")).split(" = ")[1]
+    uploads = [i for i, line in enumerate(lines) if line.startswith(f"cuMemcpyHtoDAsync({weights}+")]
+    assert uploads and max(uploads) < loaded, lines  # the weights, during the load only
+    assert not any(line.startswith("cuModuleLoadData") for line in lines[loaded:]), lines
 
 
 def test_a_prepared_load_still_fails_on_a_bad_digest(runtime_build, package, tmp_path):

@@ -135,6 +135,12 @@ def test_unknown_format_version(rt, mlp_package, tmp_path, version):
     assert str(e).startswith(
         f"package {path}: format_version {version} is not supported: this runtime loads format_version 1 only"
     )
+    # Which side to move: a newer package needs a newer runtime; an older one, a re-export or an older runtime.
+    if version > 1:
+        assert f"the package is newer than this runtime (aotpack {rt.version()}): upgrade the runtime" in str(e)
+        assert f"loads format_version {version}" in str(e)
+    else:
+        assert f"re-export the model with this release (aotpack {rt.version()})" in str(e)
 
 
 def test_wrong_format_name(rt, mlp_package, tmp_path):

@@ -103,11 +103,11 @@ def test_random_values_are_not_zeros(runtime_build, mlp_package, tmp_path):
 
 
 def test_runs_from_a_prefix_layout(runtime_build, mlp_package, tmp_path):
-    """aotpack-run in <prefix>/bin finds libaotpack.so in <prefix>/lib through its rpath."""
+    """aotpack-run in <prefix>/bin finds libaotpack.so.0 (its SONAME) in <prefix>/lib through its rpath."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "lib").mkdir()
     shutil.copy2(runtime_build / "aotpack-run", tmp_path / "bin")
-    shutil.copy2(runtime_build / "libaotpack.so", tmp_path / "lib")
+    shutil.copy2(runtime_build / "libaotpack.so.0", tmp_path / "lib")  # the file the symlink names
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     result = subprocess.run(
         [str(tmp_path / "bin" / "aotpack-run"), str(mlp_package), "--sym", "batch=1"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 
 import pytest
@@ -67,6 +68,7 @@ def test_a_modified_member_is_reported(tmp_path):
     package.members[layout.WEIGHTS] = b"tampered" + package.members[layout.WEIGHTS][8:]
     assert verify_digests(package) == [f"member {layout.WEIGHTS} does not match its sha256 in the manifest"]
 
+
 KILLED_WRITER = """
 import sys, time, zipfile
 from aotpack.packages import layout
@@ -113,3 +115,33 @@ def test_a_killed_export_leaves_a_partial_that_the_next_export_removes(tmp_path)
     other.write_bytes(b"another package's")
     write_package(path, {"name": "m"}, MEMBERS)
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "m.aotpack"]
+
+
+def test_large_members_carry_the_digests_of_their_chunks(tmp_path, monkeypatch):
+    """A member larger than layout.DIGEST_CHUNK_BYTES lists the sha256 of each chunk (the last one shorter) beside
+    its whole sha256, which stays its identity; smaller members list only the whole."""
+    monkeypatch.setattr(layout, "DIGEST_CHUNK_BYTES", 256)
+    weights = bytes((i * 7 + i // 251) % 256 for i in range(1000))  # 3 full chunks and 232 bytes
+    manifest = write_package(tmp_path / "m.aotpack", {"name": "m"}, {**MEMBERS, layout.WEIGHTS: weights})
+    entry = manifest["members"][layout.WEIGHTS]
+    assert entry["sha256"] == hashlib.sha256(weights).hexdigest() and entry["size"] == 1000
+    assert entry["chunk_size"] == 256
+    assert entry["chunk_sha256"] == [hashlib.sha256(weights[i:i + 256]).hexdigest() for i in (0, 256, 512, 768)]
+    assert set(manifest["members"][layout.PROGRAM]) == {"sha256", "size"}  # 13 bytes: one chunk, the whole
+    assert verify_digests(read_package(tmp_path / "m.aotpack")) == []
+
+
+def test_verify_names_a_chunk_digest_that_disagrees_with_the_bytes(tmp_path, monkeypatch):
+    """The runtime checks the chunks rather than the whole digest, so verify checks that both say the same."""
+    from aotpack.packages.reader import chunk_problems
+
+    monkeypatch.setattr(layout, "DIGEST_CHUNK_BYTES", 256)
+    data = bytes((i * 7 + i // 251) % 256 for i in range(768))  # three chunks, all different
+    entry = write_package(tmp_path / "m.aotpack", {"name": "m"}, {layout.WEIGHTS: data})["members"][layout.WEIGHTS]
+    assert chunk_problems(data, entry) == []
+    entry["chunk_sha256"][1] = entry["chunk_sha256"][0]
+    assert chunk_problems(data, entry) == ["chunk 1 (bytes 256..) does not match its sha256 in the manifest"]
+    entry["chunk_sha256"].pop()
+    assert chunk_problems(data, entry) == ["chunk_sha256 has 2 digests, but 768 bytes make 3 chunks of 256"]
+    assert chunk_problems(data, {**entry, "chunk_size": 0}) == [
+        "chunk_size must be a positive integer and chunk_sha256 a list of digests"]

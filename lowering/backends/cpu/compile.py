@@ -8,10 +8,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .... import knobs
+from .... import knobs, runtime_files
 from ....errors import AotpackError
 
-ABI_INCLUDE = Path(__file__).resolve().parents[3] / "runtime_cpp" / "include"
+# aotpack_kernel_abi.h: installed with the runtime in a wheel, in runtime_cpp/include in a source checkout.
+ABI_INCLUDE = runtime_files.include_dir()
 
 # -ffp-contract=off keeps a*b+c as two roundings, as eager PyTorch computes it. -fno-trapping-math lets
 # the compiler turn the selects in elementwise code (NaN checks, clamps) into vector blends: no result

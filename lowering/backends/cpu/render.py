@@ -33,7 +33,9 @@ from ...ir.kernels import (
     ReductionKernel,
     ScatterKernel,
     StridedView,
+    epilogue_vars,
     operand_vars,
+    product_value,
     split_gather,
 )
 from ...ir.symbolic import contiguous_strides, index_var
@@ -195,10 +197,12 @@ class CppRenderer(KernelRenderer):
                 exprs += scalar.index_exprs(operand.value)
             elif isinstance(operand, StridedView):
                 exprs += [operand.offset, *operand.strides]
+        if k.epilogue is not None:
+            exprs += scalar.index_exprs(k.epilogue)
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
                     a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
-                    b_split=False, dot_rows=False)
+                    b_split=False, dot_rows=False, **self._epilogue(k, arg_names, sym_names))
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
@@ -210,13 +214,12 @@ class CppRenderer(KernelRenderer):
                     b_ctype=STORAGE_CTYPE[b_dtype], a_name=arg_names[k.a.buffer], b_name=arg_names[k.b.buffer])
         if k.dtype in ("float32", "float16", "bfloat16"):
             a_elem = "row[k]" if k.a.strides[2] == 1 else "row[k * a_sk]"
-            data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype],
+            data.update(self.MATMUL_BLOCKS,
                         load_a=f"static_cast<float>({load_from_storage(a_elem, a_dtype)})",
                         load_b_at=widen_to_float(b_dtype), b_n_contiguous=_unit_stride(k.b, 2),
                         b_packed=isinstance(k.b, PanelView), a_rows=a_dtype == "float32" and k.a.strides[2] == 1,
                         dot_rows=_unit_stride(k.b, 1) and k.a.strides[2] == 1,
-                        load_a_at=widen_to_float(a_dtype),
-                        store=store_to_storage("tile[i * NC + j]", k.dtype))
+                        load_a_at=widen_to_float(a_dtype))
             return data
         acc = "double" if k.dtype == "float64" else "int64_t"
         a_elem = f"{arg_names[k.a.buffer]}[a_off + bi * a_sb + (m0 + i) * a_sm + kk * a_sk]"
@@ -226,6 +229,23 @@ class CppRenderer(KernelRenderer):
                     load_b=f"static_cast<{acc}>({load_from_storage(b_elem, b_dtype)})",
                     store=store_to_storage("acc[i][j]", k.dtype))
         return data
+
+    def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str], sym_names: dict[sympy.Symbol, str]) -> dict[str, Any]:
+        """How the float template stores an element of the product (`tile[i * NC + j]`): as is, or through the
+        fused epilogue (ir/epilogue.py), computed per element with e1, e2 its row and column."""
+        out_dtype = self.program.buffers[k.output].dtype
+        element = "tile[i * NC + j]"
+        if k.epilogue is None:
+            return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
+                    "epilogue_lines": None}
+        e0, e1, e2 = epilogue_vars()
+        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
+        # the product rounded to its dtype, as the unfused program stored it for the epilogue's kernel
+        writer.bind(product_value(k.dtype), load_from_storage(store_to_storage(element, k.dtype), k.dtype)
+                    if k.dtype != "float32" else element)
+        value = writer.value(k.epilogue)
+        return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
+                "epilogue_lines": writer.lines}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""
@@ -239,8 +259,7 @@ class CppRenderer(KernelRenderer):
         straight into the panels the micro-kernel reads, instead of copying them from memory."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
-        data.update(self.MATMUL_BLOCKS, out_ctype=STORAGE_CTYPE[k.dtype], b_packed=isinstance(k.b, PanelView),
-                    store=store_to_storage("tile[i * NC + j]", k.dtype))
+        data.update(self.MATMUL_BLOCKS, b_packed=isinstance(k.b, PanelView))
         writer = body_writer(arg_names, names)
         for side, operand in (("a", k.a), ("b", k.b)):
             if not isinstance(operand, GatheredOperand):
@@ -284,8 +303,9 @@ class CppRenderer(KernelRenderer):
         if k.mask is not None:
             mask = writer.value(k.mask)
             score = f"({mask} ? {score} : -INFINITY)" if k.mask.dtype == "bool" else f"{score} + static_cast<float>({mask})"
+        diagonal = _diagonal(k, writer)
         if k.causal:
-            score = f"(i3 > i2 ? -INFINITY : {score})"
+            score = f"(i3 > i2{diagonal} ? -INFINITY : {score})"
         views = {"q": k.q, "k": k.k, "v": k.v}
         dtypes = {name: self.program.buffers[view.buffer].dtype for name, view in views.items()}
         exprs = [k.batch, k.heads, k.q_len, k.kv_len]
@@ -293,11 +313,14 @@ class CppRenderer(KernelRenderer):
             exprs += [view.offset, *view.strides]
         if k.mask is not None:
             exprs += scalar.index_exprs(k.mask)
+        if k.causal:
+            exprs.append(k.causal_offset)
         data = self._common(k, exprs)
         data.update(self.ATTENTION_BLOCKS, batch=writer.index(k.batch), heads=writer.index(k.heads),
                     group=str(int(k.heads) // int(k.kv_heads)), q_len=writer.index(k.q_len),
                     kv_len=writer.index(k.kv_len), head_dim=int(k.head_dim), value_dim=int(k.value_dim),
                     value_dim_padded=_round_up(int(k.value_dim), 16), scale=f"{k.scale!r}f", causal=k.causal,
+                    diagonal=diagonal,
                     mask=k.mask is not None, mask_lines=writer.lines, mask_hoisted=writer.hoisted,
                     masked_score=score, out_ctype=STORAGE_CTYPE[k.dtype],
                     store=store_to_storage("acc[i * DVP + d] * inv", k.dtype))
@@ -307,6 +330,13 @@ class CppRenderer(KernelRenderer):
                          f"{name}_name": arg_names[view.buffer],
                          f"load_{name}": f"static_cast<float>({load_from_storage(element, dtypes[name])})"})
         return "attention.cpp.jinja", data
+
+
+def _diagonal(k: AttentionKernel, writer: BodyWriter) -> str:
+    """` + offset` of causal attention's diagonal in the kernel's spelling, "" for the main diagonal."""
+    if not k.causal or k.causal_offset == 0:
+        return ""
+    return f" + ({writer.index(k.causal_offset)})"
 
 
 def _unit_stride(operand: StridedView | PanelView, dim: int) -> bool:

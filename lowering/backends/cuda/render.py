@@ -36,7 +36,9 @@ from ...ir.kernels import (
     Program,
     ReductionKernel,
     ScatterKernel,
+    epilogue_vars,
     operand_vars,
+    product_value,
     split_gather,
 )
 from ...ir.scalar import Load
@@ -276,6 +278,12 @@ class TritonRenderer(KernelRenderer):
                 exprs += [operand.offset, *operand.strides]
                 operands[side] = {"gather": False, **self.view(operand, writer)}
                 operands[f"{side}_name"] = arg_names[operand.buffer]
+        epilogue = None
+        if k.epilogue is not None:
+            exprs += scalar.index_exprs(k.epilogue)
+            epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
+            epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
+            checks += epilogue_checks
         params = self._params(k, exprs, bool(checks), constexprs)
         compute = "tl.float64" if k.dtype == "float64" else ("tl.float32" if k.dtype == "float32" else None)
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
@@ -289,10 +297,31 @@ class TritonRenderer(KernelRenderer):
             "operand_type": compute or TL_TYPE[k.dtype],
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
-            "store_value": self._store("acc", k.dtype),
+            "epilogue": epilogue,
+            "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
+            else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid},
         }
+
+    def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
+                  sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
+        """The fused epilogue (ir/epilogue.py) on the tile: e0, e1, e2 are the program's batch, its rows and its
+        columns; a load that varies along columns only (a bias) reads BN elements, not BM x BN."""
+        e0, e1, e2 = epilogue_vars()
+
+        def guard(load: Load) -> tuple[str, str]:
+            used = load.index.free_symbols
+            if not load.indirect and e1 not in used and e2 in used:
+                return "nmask", "nzero"
+            return "omask", "ozero"
+
+        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "rm[:, None]", e2: "rn[None, :]"}, "omask",
+                             prefix="ep", zero="ozero", guard=guard)
+        rounded = "acc" if k.dtype == "float32" else f"acc.to({TL_TYPE[k.dtype]}).to(tl.float32)"
+        writer.bind(product_value(k.dtype), rounded)  # the product as the unfused program stored it
+        value = writer.value(k.epilogue)
+        return {"lines": writer.lines, "value": value}, writer.checks
 
     def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
         return "attention.py.jinja", self._attention(k)
@@ -330,13 +359,17 @@ class TritonRenderer(KernelRenderer):
         bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self.max(k.kv_len))))
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
+        if k.causal:
+            exprs.append(k.causal_offset)
+        diagonal = f" + ({writer.index(k.causal_offset)})" if k.causal and k.causal_offset != 0 else ""
         views = {"q": k.q, "k": k.k, "v": k.v}
         for view in views.values():
             exprs += [view.offset, *view.strides]
         params = self._params(k, exprs, bool(writer.checks), constexprs)
         data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
                 "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
-                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "mask": k.mask is not None,
+                "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
+                "mask": k.mask is not None,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 2 if wide else 3,

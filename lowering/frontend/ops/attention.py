@@ -7,6 +7,10 @@ softmax, so memory grows with the sequence, not with its square.
 
 torch.export records `F.scaled_dot_product_attention` on CPU as `_scaled_dot_product_flash_attention_for_cpu`
 (a boolean mask already turned into an additive one); decompositions.py keeps that op whole for us.
+
+A mask that the model builds from positions (transformers' causal masks) arrives here as index math
+(ir/index_math.py); when its causal term is proved (ir/mask_structure.py) the kernel is causal, skipping
+the key blocks past the diagonal, and only the mask's other terms remain to evaluate per score.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 
 from ....errors import UnsupportedError
 from ...ir.kernels import AttentionKernel
+from ...ir.mask_structure import causal_split, with_decided_comparisons
 from ...ir.symbolic import index_var
 from .. import values as V
 from ..graph import GraphLowering
@@ -63,12 +68,19 @@ def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: T
         if mask.rank > 4:
             raise UnsupportedError(f"an attention mask of rank {mask.rank} does not broadcast to {full}")
         mask_node = V.broadcast_to(mask, full).loader(tuple(index_var("i", d) for d in range(4)))
+        mask_node = with_decided_comparisons(mask_node, full, ctx.ranges())
+    offset = sympy.Integer(0)
+    split = causal_split(mask_node) if mask_node is not None else None
+    if split is not None and (not causal or split.offset == 0):
+        # A mask built from positions that excludes every key past a diagonal: the kernel skips those key
+        # blocks as for is_causal, and keeps the mask's other terms (a padding mask) as the mask.
+        causal, offset, mask_node = True, split.offset, split.rest
     out_shape = (batch, q_len, heads, value_dim)
     out = ctx.new_buffer(dtype, out_shape)
     ctx.add_step(AttentionKernel(
         output=out, q=ctx.as_view(query), k=ctx.as_view(key), v=ctx.as_view(value), batch=batch, heads=heads,
         kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=head_dim, value_dim=value_dim,
         scale=float(scale) if scale is not None else 1.0 / math.sqrt(int(head_dim)), causal=causal,
-        mask=mask_node, dtype=dtype,
+        mask=mask_node, dtype=dtype, causal_offset=offset,
     ))
     return V.permute(V.from_buffer(out, dtype, out_shape), (0, 2, 1, 3))

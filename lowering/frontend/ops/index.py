@@ -6,12 +6,14 @@ index and a select, so a generated kernel never reads outside a buffer whatever 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
 import torch
 
 from ....errors import UnsupportedError
+from ...ir.index_math import as_index_expr, provably_in_range
 from ...ir.scalar import Const, IndexValue, Indirect, Load, Node, Op, cast
 from ...ir.symbolic import index_var
 from ..graph import GraphLowering
@@ -19,6 +21,8 @@ from ..registry import OptionalOps, lowers
 from ..values import TensorValue, broadcast_to, unsqueeze
 
 aten = OptionalOps(torch.ops.aten)
+# An element's position along an indexed dim, from the index of the index tensor's element.
+PositionMap = Callable[[tuple], sympy.Expr]
 
 
 def indirect_load(x: TensorValue, idx: list[Any], dim: int, position: Node, what: str, wrap: bool) -> Node:
@@ -51,6 +55,21 @@ def attach_indirect(node: Node, indirect: Indirect) -> Node:
     return node
 
 
+def positions_as_index_math(ctx: GraphLowering, index: TensorValue, size: sympy.Expr) -> PositionMap | None:
+    """When `index` is computed from positions alone (an arange, offset and broadcast: transformers indexes
+    `cache_position[q_idx]` to build its masks) and provably lies in 0..size-1 over the declared ranges, the
+    function from an element's index to its position as index math: the op that indexes with it becomes a
+    view, with no gather, no bounds check and no stored position tensor. None otherwise (a position read from
+    data, or one that might be out of range: those keep the checked gather)."""
+    local = tuple(sympy.Symbol(f"p{d}", integer=True, nonnegative=True) for d in range(index.rank))
+    expr = as_index_expr(index.loader(local))
+    if expr is None:
+        return None
+    if not provably_in_range(expr, size, {v: n - 1 for v, n in zip(local, index.shape)}, ctx.ranges()):
+        return None
+    return lambda idx: sympy.expand(expr.xreplace(dict(zip(local, idx))))
+
+
 def addressable(ctx: GraphLowering, x: TensorValue) -> TensorValue:
     """x, stored in a buffer first if any of its elements is computed from its own position outside a load
     (an arange, a causal mask): a position taken from data is checked and bound only in a load's index."""
@@ -75,6 +94,9 @@ def _uses_position(node: Node, index: set) -> bool:
 @lowers(aten.embedding.default)
 def _embedding(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue, indices: TensorValue, *args: Any) -> TensorValue:
     what = f"embedding at {ctx.where()}: an index is outside 0..{weight.shape[0]}-1"
+    direct = positions_as_index_math(ctx, indices, weight.shape[0])
+    if direct is not None:
+        return TensorValue(weight.dtype, ctx.shape_of(node), lambda idx: weight.loader((direct(idx[:-1]), idx[-1])))
     weight = addressable(ctx, weight)
 
     def load(idx: tuple) -> Node:
@@ -87,6 +109,11 @@ def _embedding(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue, ind
 def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, index: TensorValue) -> TensorValue:
     dim %= max(x.rank, 1)
     what = f"index_select at {ctx.where()}: an index is outside the dimension"
+    if index.rank and x.rank:
+        direct = positions_as_index_math(ctx, index, x.shape[dim])
+        if direct is not None:
+            return TensorValue(x.dtype, ctx.shape_of(node),
+                               lambda idx: x.loader((*idx[:dim], direct((idx[dim],)), *idx[dim + 1:])))
     x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
@@ -100,6 +127,10 @@ def _index_select(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: 
 def _gather(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int, index: TensorValue, *args: Any) -> TensorValue:
     dim %= max(x.rank, 1)
     what = f"gather at {ctx.where()}: an index is outside the dimension"
+    direct = positions_as_index_math(ctx, index, x.shape[dim]) if x.rank else None
+    if direct is not None:
+        return TensorValue(x.dtype, ctx.shape_of(node),
+                           lambda idx: x.loader((*idx[:dim], direct(idx), *idx[dim + 1:])))
     x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
@@ -121,6 +152,10 @@ def _index(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, indices: lis
     bshape_rank = len(out_shape) - (x.rank - len(indexed))
     bshape = out_shape[first:first + bshape_rank]
     what = f"indexing at {ctx.where()}: an index is outside the dimension"
+    direct = {d: positions_as_index_math(ctx, broadcast_to(indices[d], bshape), x.shape[d]) for d in indexed}
+    if all(f is not None for f in direct.values()):
+        return TensorValue(x.dtype, out_shape, lambda idx: x.loader(_indexed_by_math(x.rank, idx, first, bshape_rank,
+                                                                                     direct)))
     x = addressable(ctx, x)
 
     def load(idx: tuple) -> Node:
@@ -141,6 +176,14 @@ def _index(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, indices: lis
         return node_value
 
     return TensorValue(x.dtype, out_shape, load)
+
+
+def _indexed_by_math(rank: int, idx: tuple, first: int, bshape_rank: int, direct: dict[int, PositionMap]) -> tuple:
+    """x's index for output element `idx` of x[..., i, j, ...] when every index tensor is index math: the
+    broadcast index dims (at `first`) give the indexed dims' positions, the others pass through in order."""
+    bidx = idx[first:first + bshape_rank]
+    rest = list(idx[:first]) + list(idx[first + bshape_rank:])
+    return tuple(direct[d](bidx) if d in direct else rest.pop(0) for d in range(rank))
 
 
 def _clamp_index(i: sympy.Expr, size: sympy.Expr) -> sympy.Expr:

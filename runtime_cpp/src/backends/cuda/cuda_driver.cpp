@@ -52,6 +52,10 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuLaunchKernel, "cuLaunchKernel")
   AOTPACK_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc")
   AOTPACK_RESOLVE(cuMemFreeHost, "cuMemFreeHost")
+  AOTPACK_RESOLVE(cuEventCreate, "cuEventCreate")
+  AOTPACK_RESOLVE(cuEventRecord, "cuEventRecord")
+  AOTPACK_RESOLVE(cuEventSynchronize, "cuEventSynchronize")
+  AOTPACK_RESOLVE(cuEventDestroy, "cuEventDestroy_v2")
 #undef AOTPACK_RESOLVE
   // Optional: without them a session launches its steps directly (no graph replay).
   resolve_symbol(handle, "cuStreamBeginCapture_v2", &d->cuStreamBeginCapture);

@@ -27,6 +27,7 @@ using CUstream = struct CUstream_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 using CUgraphNode = struct CUgraphNode_st*;
+using CUevent = struct CUevent_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
@@ -42,6 +43,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 // CUfunction_attribute values.
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
 // CUstreamCaptureMode: THREAD_LOCAL forbids unsafe calls (allocation, synchronisation) in the capturing thread
 // only, so other threads' sessions keep running while one captures.
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
@@ -89,6 +91,11 @@ struct Driver {
   // Page-locked host memory, for the staging buffers of host I/O (asynchronous copies at full bandwidth).
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
   CUresult (*cuMemFreeHost)(void*);
+  // Events: the weight upload waits on one per staging buffer before refilling it.
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventDestroy)(CUevent);
   // CUDA graphs: optional (null where the driver lacks one); has_graphs() says whether all are there, and
   // sessions launch directly otherwise. One of the two instantiate forms suffices.
   CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;                 // cuStreamBeginCapture_v2

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cuda_weight_upload.hpp"
 #include "cuda_workspace.hpp"
 #include "dtype.hpp"
 #include "elf_image.hpp"
@@ -161,9 +162,10 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
 
   if (timings_enabled()) modules_timer.stop(str_cat(dev->modules.size(), " cubins"));
 
-  // Weights: one allocation, each tensor at a 256-byte aligned offset, copied once, straight from the mapped
-  // package (the driver stages pageable memory itself).
-  PartTimer weights_timer("cuda weights upload (cuMemAlloc, cuMemcpyHtoD from the mapped file)");
+  // Weights: one allocation, each tensor at a 256-byte aligned offset, copied once from the mapped package
+  // through page-locked staging (cuda_weight_upload.hpp), while the digests are still being checked when the
+  // device is prepared during the load (the load fails afterwards if one does not match).
+  PartTimer weights_timer("cuda weights upload (cuMemAlloc, copies from the mapped file)");
   int64_t total = 0;
   dev->weight_ptrs.assign(program_->buffers.size(), 0);
   std::vector<int64_t> offsets(program_->buffers.size(), 0);
@@ -179,17 +181,21 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
     AOTPACK_RETURN_IF_ERROR(check(*d, d->cuMemAlloc(&dev->weights, static_cast<size_t>(total)),
                                   str_cat("cuMemAlloc(", total, " bytes of weights)").c_str()));
   }
+  std::vector<WeightCopy> copies;
   for (size_t b = 0; b < program_->buffers.size(); ++b) {
     const Buffer& buf = program_->buffers[b];
     if (buf.kind != BufferKind::kWeight) continue;
     uint64_t n = dtype_size(buf.dtype);
     for (const Expr& e : buf.shape) n *= static_cast<uint64_t>(e.value);
     dev->weight_ptrs[b] = dev->weights + static_cast<CUdeviceptr>(offsets[b]);
-    if (n > 0)
-      AOTPACK_RETURN_IF_ERROR(check(*d, d->cuMemcpyHtoD(dev->weight_ptrs[b], (*weight_data_)[b], n),
-                                    str_cat("uploading weight buffer ", buf.id, " to ", dev->label).c_str()));
+    copies.push_back({dev->weight_ptrs[b], (*weight_data_)[b], n, buf.id});
   }
-  if (timings_enabled()) weights_timer.stop(str_cat(total / 1000000.0, " MB"));
+  std::string how;
+  AOTPACK_RETURN_IF_ERROR(upload_weights(*d, copies, dev->label, &how));
+  if (timings_enabled()) {
+    const double ms = weights_timer.ms();
+    weights_timer.stop(str_cat(total / 1000000.0, " MB, ", total / 1000.0 / std::max(ms, 1e-3), " MB/s, ", how));
+  }
   *out = std::move(dev);
   return Status();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "dtype.hpp"
@@ -30,7 +31,13 @@ CudaWorkspace::~CudaWorkspace() {
   }
   if (stream_) d.cuStreamDestroy(stream_);
   for (CUdeviceptr p : allocations_) d.cuMemFree(p);
-  for (void* p : pinned_) d.cuMemFreeHost(p);
+  for (const std::vector<Staging>* list : {&host_inputs_, &host_outputs_}) {
+    for (const Staging& staging : *list) {
+      if (staging.data) d.cuMemFreeHost(staging.data);
+    }
+  }
+  for (void* p : retired_staging_) d.cuMemFreeHost(p);
+  if (host_flags_) d.cuMemFreeHost(host_flags_);
 }
 
 Status CudaWorkspace::alloc(size_t bytes, CUdeviceptr* out) {
@@ -47,9 +54,76 @@ Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void**
                                 str_cat("cuMemHostAlloc(", bytes, " bytes of page-locked host memory for ", what,
                                         ")").c_str()));
   // Page-locked memory is resident already: no need to touch it (nothing reads it before a run writes it).
-  pinned_.push_back(*out);
-  pinned_bytes_ += bytes;
   return Status();
+}
+
+// Makes `staging` hold at least `bytes`: at least twice what it held, at most its maximum (so a range of shapes
+// reallocates it a few times at most). The old memory is kept until the session goes: an output of the last run
+// may still be read there (a Python copy=False view, which keeps the session alive, outlives the next run), and
+// doubling bounds what is kept to less than the final size. A failure leaves the session as it was.
+Status CudaWorkspace::grow_staging(Staging* staging, uint64_t bytes, const std::string& what, bool* grown) {
+  if (bytes <= staging->capacity && staging->data) return Status();  // (an empty tensor gets memory too)
+  if (bytes > staging->max)  // the run's symbols were checked against their ranges
+    return internal_error(what, ": ", bytes, " bytes at this shape, more than the ", staging->max,
+                          " at the declared maxima");
+  const uint64_t capacity = std::min(staging->max, std::max(bytes, 2 * staging->capacity));
+  void* data = nullptr;
+  AOTPACK_RETURN_IF_ERROR(alloc_pinned(static_cast<size_t>(capacity), what, &data));
+  if (staging->data) {
+    try {
+      retired_staging_.push_back(staging->data);
+    } catch (const std::bad_alloc&) {
+      device_->driver->cuMemFreeHost(data);
+      return resource_exhausted("out of host memory growing the page-locked staging memory for ", what);
+    }
+  }
+  staging->data = data;
+  staging->capacity = capacity;
+  *grown = true;
+  return Status();
+}
+
+// The staging memory for this run's sizes, before its inputs are staged.
+Status CudaWorkspace::grow_host_staging(const int64_t* symbols) {
+  bool grown = false;
+  const bool timed = timings_enabled();
+  const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  for (size_t i = 0; i < program_->inputs.size(); ++i) {
+    uint64_t bytes = 0;
+    AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
+    if (bytes > host_inputs_[i].capacity || !host_inputs_[i].data)  // the name is built only when it is needed
+      AOTPACK_RETURN_IF_ERROR(
+          grow_staging(&host_inputs_[i], bytes, str_cat("input ", quoted(program_->inputs[i].name)), &grown));
+  }
+  for (size_t i = 0; i < program_->outputs.size(); ++i) {
+    uint64_t bytes = 0;
+    AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->outputs[i].buffer], symbols, &bytes));
+    if (bytes > host_outputs_[i].capacity || !host_outputs_[i].data)
+      AOTPACK_RETURN_IF_ERROR(
+          grow_staging(&host_outputs_[i], bytes, str_cat("output ", quoted(program_->outputs[i].name)), &grown));
+  }
+  if (!grown) return Status();
+  drop_graphs();  // they copy from and to the old buffers
+  if (timed) {
+    uint64_t total = 0;
+    for (const std::vector<Staging>* list : {&host_inputs_, &host_outputs_}) {
+      for (const Staging& staging : *list) total += staging.capacity;
+    }
+    report_timing("cuda host staging grown (cuMemHostAlloc)",
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+                  str_cat(total / 1000000.0, " MB page-locked now"));
+  }
+  return Status();
+}
+
+// Every cached graph destroyed: none is in flight, since every run waited for the stream.
+void CudaWorkspace::drop_graphs() {
+  const Driver& d = *device_->driver;
+  for (Graph& g : graph_cache_) {
+    if (g.exec) d.cuGraphExecDestroy(g.exec);
+    g.exec = nullptr;
+    g.last_used = 0;
+  }
 }
 
 Status CudaWorkspace::bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const {
@@ -86,8 +160,10 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   std::vector<int64_t> maxima(program.symbols.size() + 1, 0);
   for (size_t i = 0; i < program.symbols.size(); ++i) maxima[i] = program.symbols[i].max;
   s->buffer_ptrs_.assign(program.buffers.size(), 0);
-  s->host_inputs_.assign(program.inputs.size(), nullptr);
-  s->host_outputs_.assign(program.outputs.size(), nullptr);
+  if (!device_io) {  // the staging memory itself comes with the first host-I/O run
+    s->host_inputs_.resize(program.inputs.size());
+    s->host_outputs_.resize(program.outputs.size());
+  }
   CUdeviceptr arena = 0;
   AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(program.arena_bytes), &arena));
   for (size_t b = 0; b < program.buffers.size(); ++b) {
@@ -97,22 +173,14 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
       case BufferKind::kArena: s->buffer_ptrs_[b] = arena + static_cast<CUdeviceptr>(buf.offset); break;
       case BufferKind::kOutput:
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(buf.max_bytes), &s->buffer_ptrs_[b]));
-        if (!device_io) {
-          AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(static_cast<size_t>(buf.max_bytes),
-                                                  str_cat("output ", quoted(program.outputs[buf.port].name)),
-                                                  &s->host_outputs_[buf.port]));
-        }
+        if (!device_io) s->host_outputs_[buf.port].max = static_cast<uint64_t>(buf.max_bytes);
         break;
       case BufferKind::kInput: {
         if (device_io && !s->graphs_) break;
         uint64_t bytes = 0;
         AOTPACK_RETURN_IF_ERROR(s->bytes_of(buf, maxima.data(), &bytes));
         AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(bytes), &s->buffer_ptrs_[b]));
-        if (!device_io) {
-          AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(static_cast<size_t>(bytes),
-                                                  str_cat("input ", quoted(program.inputs[buf.port].name)),
-                                                  &s->host_inputs_[buf.port]));
-        }
+        if (!device_io) s->host_inputs_[buf.port].max = bytes;
         break;
       }
     }
@@ -125,9 +193,10 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   if (timings_enabled()) {
     const uint64_t device_bytes = static_cast<uint64_t>(program.arena_bytes);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - memory_start).count();
-    report_timing("cuda session memory (cuMemAlloc, cuMemHostAlloc)", ms,
+    report_timing("cuda session memory (cuMemAlloc)", ms,
                   str_cat(s->allocations_.size(), " device allocations (arena ", device_bytes / 1000000.0, " MB), ",
-                          s->pinned_bytes_ / 1000000.0, " MB page-locked, graphs ", s->graphs_ ? "on" : "off"));
+                          device_io ? "device I/O" : "host I/O (page-locked staging with the first run)",
+                          ", graphs ", s->graphs_ ? "on" : "off"));
   }
   if (s->graphs_) {
     s->graph_cache_.resize(static_cast<size_t>(std::max(options.graph_cache_size, 1)));
@@ -168,6 +237,7 @@ Status CudaWorkspace::bind_inputs(const void* const* inputs, const int64_t* symb
   const Driver& d = *dev.driver;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   if (device_io_) return bind_device_inputs(inputs, symbols);
+  AOTPACK_RETURN_IF_ERROR(grow_host_staging(symbols));
   AOTPACK_RETURN_IF_ERROR(stage_host_inputs(inputs, symbols));
   return graphs_ ? Status() : queue_input_copies(symbols);  // a graph holds its input copies
 }
@@ -182,7 +252,7 @@ Status CudaWorkspace::collect_outputs(const int64_t* symbols) {
 
 void* CudaWorkspace::output_data(size_t index) const {
   if (device_io_) return reinterpret_cast<void*>(buffer_ptrs_[program_->outputs[index].buffer]);
-  return host_outputs_[index];
+  return host_outputs_[index].data;
 }
 
 // The caller's host inputs into the page-locked staging memory, from which the device copies them
@@ -191,7 +261,7 @@ Status CudaWorkspace::stage_host_inputs(const void* const* host_inputs, const in
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
-    if (bytes > 0) std::memcpy(host_inputs_[i], host_inputs[i], bytes);
+    if (bytes > 0) std::memcpy(host_inputs_[i].data, host_inputs[i], bytes);
   }
   return Status();
 }
@@ -203,7 +273,7 @@ Status CudaWorkspace::queue_input_copies(const int64_t* symbols) {
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyHtoDAsync(buffer_ptrs_[b], host_inputs_[i], bytes, stream_);
+    CUresult r = d.cuMemcpyHtoDAsync(buffer_ptrs_[b], host_inputs_[i].data, bytes, stream_);
     // The message is built only on failure: building it would allocate in every run.
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying input ", quoted(program_->inputs[i].name), " to ", device_->label).c_str());
@@ -389,7 +459,7 @@ Status CudaWorkspace::queue_output_copies(const int64_t* symbols) {
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyDtoHAsync(host_outputs_[i], buffer_ptrs_[b], bytes, stream_);
+    CUresult r = d.cuMemcpyDtoHAsync(host_outputs_[i].data, buffer_ptrs_[b], bytes, stream_);
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying output ", quoted(program_->outputs[i].name), " from ", device_->label).c_str());
   }

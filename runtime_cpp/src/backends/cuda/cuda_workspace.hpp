@@ -1,7 +1,12 @@
 // A CUDA session's workspace: a stream and device memory for the declared maxima (the arena, each output and
-// each input), page-locked host staging memory for host I/O, each step's launch parameters and a bounded cache
-// of CUDA graphs, one per shape, all made at creation so that a run allocates nothing (a shape's first run,
-// which records its graph, lets the driver allocate the graph).
+// each input), each step's launch parameters and a bounded cache of CUDA graphs, one per shape, made at creation
+// so that a run allocates nothing (a shape's first run, which records its graph, lets the driver allocate the
+// graph). The exception is host I/O's page-locked staging memory: page-locking costs about as much per byte as a
+// copy at pageable speed, and the declared maxima can be hundreds of MB (GPT-2's logits at 2048 tokens: 206 MB),
+// so it is allocated by the first host-I/O run, for that run's sizes, and grown when a larger shape comes (at
+// least doubling, at most to the maxima; the outgrown memory, less than the final size in all, is freed with the
+// session); a device-I/O session never has any. Growing it drops the cached graphs, which name the old buffers;
+// a run at the maxima first makes every later run allocation-free.
 //
 // With graphs (the default where the driver has them), the first run at a shape (the tuple of symbol values)
 // captures everything the run queues on the stream after its inputs are in place (host-I/O input copies from
@@ -66,8 +71,18 @@ class CudaWorkspace final : public Workspace {
     uint64_t last_used = 0;
   };
 
+  // Page-locked host memory for one host-I/O input or output (see above).
+  struct Staging {
+    void* data = nullptr;
+    uint64_t capacity = 0;
+    uint64_t max = 0;  // at the declared maxima
+  };
+
   Status alloc(size_t bytes, cuda::CUdeviceptr* out);
   Status alloc_pinned(size_t bytes, const std::string& what, void** out);
+  Status grow_staging(Staging* staging, uint64_t bytes, const std::string& what, bool* grown);
+  Status grow_host_staging(const int64_t* symbols);
+  void drop_graphs();
   Status bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const;
   void prepare_launches();
   Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
@@ -91,10 +106,9 @@ class CudaWorkspace final : public Workspace {
   bool graphs_ = false;
   cuda::CUstream stream_ = nullptr;
   std::vector<cuda::CUdeviceptr> allocations_;
-  std::vector<void*> pinned_;                   // page-locked host allocations (cuMemHostAlloc)
-  uint64_t pinned_bytes_ = 0;
-  std::vector<void*> host_inputs_;              // per program input, page-locked staging, with host I/O
-  std::vector<void*> host_outputs_;             // per program output, page-locked, with host I/O
+  std::vector<Staging> host_inputs_;           // per program input, with host I/O
+  std::vector<Staging> host_outputs_;          // per program output, with host I/O
+  std::vector<void*> retired_staging_;          // outgrown staging memory, freed with the session (grow_staging)
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
   int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too

@@ -4,6 +4,7 @@ list(APPEND AOTPACK_BACKEND_SOURCES
   src/backends/cuda/cuda_driver.cpp
   src/backends/cuda/cuda_plan.cpp
   src/backends/cuda/cuda_executable.cpp
+  src/backends/cuda/cuda_weight_upload.cpp
   src/backends/cuda/cuda_workspace.cpp
   src/backends/cuda/cuda_backend.cpp
 )
