@@ -127,8 +127,15 @@ def plan_mutants(entries: Entries) -> list[tuple[str, str, Entries]]:
     overlap = _live_overlap_target(program)
     if overlap:
         a, b = overlap
-        program_edit("overlapping live buffers", "overlap while both are live",
-                     lambda p: next(x for x in p["buffers"] if x["id"] == b).update(offset=buffers[a]["offset"]))
+
+        def overlapping(p: dict[str, Any]) -> None:
+            # b moved onto a's bytes, and arena_bytes made what the buffers then take (as the planner computes it),
+            # so that only the overlap is wrong
+            next(x for x in p["buffers"] if x["id"] == b).update(offset=buffers[a]["offset"])
+            p["arena_bytes"] = max(x["offset"] + -(-max(x["max_bytes"], 1) // 64) * 64
+                                   for x in p["buffers"] if x["kind"] == "arena")
+
+        program_edit("overlapping live buffers", "overlap while both are live", overlapping)
     program_edit("arg dtype changed (same size)", "but the step passes",
                  lambda p: next(b for b in p["buffers"] if b["id"] == arena_id).update(dtype="int32"))
 
