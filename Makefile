@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO := build/demo
 
-.PHONY: setup runtime registry-tools triton-server triton-server-bundle demo test coverage clean gpu-check
+.PHONY: setup runtime registry-tools triton-server triton-server-bundle demo test test-sanitized fuzz-tools fuzz coverage clean gpu-check
 
 setup: $(VENV)/.installed runtime
 
@@ -60,6 +60,20 @@ $(TRITON_BUNDLE): $(TRITON_HOME)/.installed
 
 test: setup registry-tools triton-server
 	$(BIN)/python -m pytest -q
+
+# The runtime tests again with the runtime built under ASan and UBSan (build/asan; scripts/sanitize.sh asan):
+# the C++ unit tests, then tests/runtime through the Python binding with the sanitized library preloaded.
+# scripts/sanitize.sh tsan and leaks run the TSan concurrency test and the leak check over 10,000 runs.
+test-sanitized: setup
+	scripts/sanitize.sh asan
+
+# clang for libFuzzer (Debian's), then each fuzz target for FUZZ_SECONDS (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 600
+fuzz-tools:
+	command -v clang++ > /dev/null || { apt-get update -qq && apt-get install -y -qq clang > /dev/null; }
+
+fuzz: setup fuzz-tools
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Operator coverage against PyTorch's OpInfo database: every op's samples through export and the runtime,
 # compared with eager; writes docs/coverage.md (about 100 CPU-minutes: JOBS=N runs N ops at a time).

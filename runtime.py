@@ -398,7 +398,8 @@ class _SessionArray(np.ndarray):
 
 
 class Session:
-    """Scratch memory and threads for running a model. One thread at a time."""
+    """Scratch memory and threads for running a model. One thread at a time: run() from a second thread while
+    the first is inside it raises AotpackError (INVALID_ARGUMENT) rather than running (the runtime checks)."""
 
     def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host",
                  cuda_graphs: bool = True, cuda_graph_cache_size: int = 64):
@@ -414,6 +415,10 @@ class Session:
         options.io_memory = _MEMORY[io]
         options.cuda_graphs = 1 if cuda_graphs else 0
         options.cuda_graph_cache_size = cuda_graph_cache_size
+        if not model._handle.value:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               "the model is closed (Model.close()); sessions made before it keep working, "
+                               "but a new one needs the model loaded again")
         _check(
             self._lib.aotpack_session_create(model._handle, ctypes.byref(options), ctypes.byref(self._handle))
         )
@@ -507,6 +512,8 @@ class Session:
         copies of the outputs as numpy arrays (copy=False: read-only arrays over the session's own output
         memory, no copy, valid until the next run); a device-I/O session takes CUDA tensors (contiguous, with
         data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run."""
+        if not self._handle.value:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
         ordered = self._ordered(inputs)
         keep: list = []
         device_io = self.io == "device"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -67,18 +68,61 @@ def write_zip(raw: BinaryIO, entries: Sequence[tuple[str, bytes]]) -> None:
             zf.writestr(info, data)
 
 
+_PARTIAL_SUFFIX = ".partial"
+
+
+def _partial_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_partials(path: str | os.PathLike[str]) -> list[Path]:
+    """Removes the `.NAME.XXXX.partial` files that writes to `path` interrupted (a killed export) left beside
+    it; returns them. A write in progress holds an exclusive flock on its partial file, so a partial whose
+    lock can be taken belongs to no live writer (the kernel drops a dead process's locks), while one being
+    written by a concurrent export to the same path is left alone."""
+    path = Path(path)
+    removed = []
+    prefix = _partial_prefix(path)
+    try:
+        candidates = [p for p in path.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(_PARTIAL_SUFFIX)]
+    except OSError:
+        return removed
+    for candidate in candidates:
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or not a plain file we may open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live writer holds it
+        try:
+            candidate.unlink()
+            removed.append(candidate)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
 def write_package(path: str | os.PathLike[str], manifest: Mapping[str, Any], members: Mapping[str, bytes]) -> dict:
     """Writes manifest.json then `members` (in the given order) to `path`; returns the final manifest.
 
     The file appears at `path` only once complete (written beside it, then renamed), so an interrupted
-    export never leaves a partial package behind.
+    export never leaves a partial package at `path`; the hidden partial file a killed export leaves beside it
+    is removed by the next write to the same path (remove_stale_partials).
     """
     path = Path(path)
     full_manifest = build_manifest(manifest, members)
     entries = [(layout.MANIFEST, canonical_json(full_manifest)), *members.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    remove_stale_partials(path)
+    fd, tmp = tempfile.mkstemp(prefix=_partial_prefix(path), suffix=_PARTIAL_SUFFIX, dir=path.parent)
     try:
+        # Held until the file is closed: tells remove_stale_partials that this writer is alive.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "wb") as raw:
             write_zip(raw, entries)
             raw.flush()

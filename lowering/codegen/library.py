@@ -54,9 +54,10 @@ class StepVariants:
 
 @dataclass(frozen=True)
 class RenderedLibrary:
-    """Every step of a program in one language: the prelude, then each distinct kernel once."""
+    """Every step of a program in one language: the prelude, then each distinct kernel once, then what the
+    language's renderer ends a library with (the C++ kernel table)."""
 
-    source: str  # the whole library: prelude and kernels
+    source: str  # the whole library: prelude, kernels, epilogue
     prelude: str  # the helpers every kernel may call
     kernels: tuple[RenderedKernel, ...]
     step_kernels: tuple[str, ...]  # kernel name of each program step
@@ -151,6 +152,10 @@ class KernelRenderer:
     def prelude(self, kernels: list[RenderedKernel]) -> str:
         raise NotImplementedError
 
+    def epilogue(self, kernels: list[RenderedKernel]) -> str:
+        """What follows every kernel in the library (the C++ one's kernel table); nothing by default."""
+        return ""
+
 
 def render_library(renderer: KernelRenderer) -> RenderedLibrary:
     """Every step of the renderer's program: the prelude, then each distinct kernel once."""
@@ -167,5 +172,8 @@ def render_library(renderer: KernelRenderer) -> RenderedLibrary:
                              if variants else None)
     prelude = renderer.prelude(list(kernels.values()))
     source = prelude + "\n" + "\n".join(k.source for k in kernels.values())
+    epilogue = renderer.epilogue(list(kernels.values()))
+    if epilogue:
+        source += "\n" + epilogue
     return RenderedLibrary(source, prelude, tuple(kernels.values()), tuple(names), tuple(args), tuple(launches),
                            tuple(step_variants))

@@ -172,7 +172,10 @@ AOTPACK_API aotpack_status_t aotpack_model_refit(const aotpack_model_t* model, c
 
 /* ---- session ------------------------------------------------------------------------------------ */
 
-/* Scratch memory and threads for running a model. One thread at a time; create one per concurrent caller. */
+/* Scratch memory and threads for running a model. One thread at a time; create one per concurrent caller.
+ * A call of aotpack_session_run or aotpack_session_output made while another thread is inside either on the same
+ * session fails with INVALID_ARGUMENT (saying so) and changes nothing; destroying a session another thread is
+ * using is not detected. */
 typedef struct aotpack_session aotpack_session_t;
 
 typedef enum aotpack_device_type_t {

@@ -23,9 +23,9 @@ size_t num_backends() { return sizeof(kBackends) / sizeof(kBackends[0]); }
 
 const Backend& backend(size_t index) { return kBackends[index](); }
 
-bool find_backend(aotpack_device_type_t device_type, size_t* index) {
+bool find_backend(int32_t device_type, size_t* index) {
   for (size_t i = 0; i < num_backends(); ++i) {
-    if (backend(i).device_type == device_type) {
+    if (static_cast<int32_t>(backend(i).device_type) == device_type) {
       *index = i;
       return true;
     }

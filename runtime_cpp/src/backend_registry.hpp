@@ -14,7 +14,7 @@ size_t num_backends();
 const Backend& backend(size_t index);
 
 // The index of the backend serving `device_type`; false when none does.
-bool find_backend(aotpack_device_type_t device_type, size_t* index);
+bool find_backend(int32_t device_type, size_t* index);  // an int: a caller's value, maybe no device type
 
 }  // namespace aotpack
 

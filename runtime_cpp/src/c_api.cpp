@@ -5,6 +5,7 @@
 #include <new>
 
 #include "aotpack.h"
+#include "c_enum.hpp"
 #include "dtype.hpp"
 #include "model.hpp"
 #include "session.hpp"
@@ -91,9 +92,15 @@ void aotpack_status_free(aotpack_status_t status) {
   if (status && status != &g_out_of_memory_status) delete status;
 }
 
-const char* aotpack_dtype_name(aotpack_dtype_t dtype) { return dtype_name(dtype); }
+const char* aotpack_dtype_name(aotpack_dtype_t dtype) {
+  aotpack_dtype_t known;
+  return dtype_from_code(c_enum_value(dtype), &known) ? dtype_name(known) : "unknown";
+}
 
-size_t aotpack_dtype_size(aotpack_dtype_t dtype) { return dtype_size(dtype); }
+size_t aotpack_dtype_size(aotpack_dtype_t dtype) {
+  aotpack_dtype_t known;
+  return dtype_from_code(c_enum_value(dtype), &known) ? dtype_size(known) : 0;
+}
 
 void aotpack_model_options_init(aotpack_model_options_t* options) {
   if (!options) return;

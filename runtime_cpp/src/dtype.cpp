@@ -27,6 +27,16 @@ const DtypeRow* find(aotpack_dtype_t dtype) {
 
 }  // namespace
 
+bool dtype_from_code(int32_t code, aotpack_dtype_t* out) {
+  for (const DtypeRow& row : kDtypes) {
+    if (static_cast<int32_t>(row.dtype) == code) {
+      *out = row.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* dtype_name(aotpack_dtype_t dtype) {
   const DtypeRow* row = find(dtype);
   return row ? row->name : "unknown";

@@ -136,4 +136,12 @@ std::string expr_to_string(const Expr& e, const std::vector<std::string>& symbol
   return out + "]";
 }
 
+bool same_expr(const Expr& a, const Expr& b) {
+  if (a.op != b.op || a.value != b.value || a.args.size() != b.args.size()) return false;
+  for (size_t i = 0; i < a.args.size(); ++i) {
+    if (!same_expr(a.args[i], b.args[i])) return false;
+  }
+  return true;
+}
+
 }  // namespace aotpack

@@ -31,6 +31,9 @@ Status parse_expr(const json::Value& v, const std::vector<std::string>& symbols,
 // zero rather than wrapping. Allocates nothing unless it fails.
 Status eval_expr(const Expr& e, const int64_t* symbols, int64_t* out);
 
+// Whether two expressions are the same tree (the same JSON form).
+bool same_expr(const Expr& a, const Expr& b);
+
 // The expression in its JSON form, for messages.
 std::string expr_to_string(const Expr& e, const std::vector<std::string>& symbols);
 

@@ -7,20 +7,13 @@
 #include "backend_registry.hpp"
 #include "dtype.hpp"
 #include "json_reader.hpp"
+#include "plan_check.hpp"
 #include "sha256.hpp"
 #include "timing.hpp"
 
 using namespace aotpack;
 
 namespace {
-
-bool same_expr(const Expr& a, const Expr& b) {
-  if (a.op != b.op || a.value != b.value || a.args.size() != b.args.size()) return false;
-  for (size_t i = 0; i < a.args.size(); ++i) {
-    if (!same_expr(a.args[i], b.args[i])) return false;
-  }
-  return true;
-}
 
 std::string shape_string(const std::vector<Expr>& shape, const std::vector<std::string>& symbols) {
   std::string s = "[";
@@ -60,6 +53,7 @@ Status aotpack_model::load_parts(const LoadOptions& options) {
       json::parse(std::string_view(reinterpret_cast<const char*>(program_bytes.data), program_bytes.size), &program_doc)
           .prefixed(kProgramMember));
   AOTPACK_RETURN_IF_ERROR(parse_program(program_doc, weights_, &program_));
+  AOTPACK_RETURN_IF_ERROR(check_plan_memory(program_));
   AOTPACK_RETURN_IF_ERROR(check_signature());
   place_weights();
   parse.stop();
@@ -74,7 +68,7 @@ Status aotpack_model::load_parts(const LoadOptions& options) {
 void aotpack_model::prepare(const LoadOptions& options) const {
   if (options.prepare_device_type < 0) return;
   size_t index = 0;
-  if (!find_backend(static_cast<aotpack_device_type_t>(options.prepare_device_type), &index)) return;
+  if (!find_backend(options.prepare_device_type, &index)) return;
   Status why;
   const Executable* executable = this->executable(index, &why);
   if (!executable) return;

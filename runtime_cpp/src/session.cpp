@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend_registry.hpp"
+#include "c_enum.hpp"
 #include "dtype.hpp"
 #include "timing.hpp"
 
@@ -13,10 +14,10 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGraphCache = 65536;
 
-std::string dtype_label(aotpack_dtype_t dtype) {
-  const char* name = dtype_name(dtype);
-  if (std::strcmp(name, "unknown") == 0) return str_cat("unknown (", static_cast<int>(dtype), ")");
-  return name;
+std::string dtype_label(int32_t code) {
+  aotpack_dtype_t dtype;
+  if (!dtype_from_code(code, &dtype)) return str_cat("unknown (", code, ")");
+  return dtype_name(dtype);
 }
 
 }  // namespace
@@ -29,8 +30,8 @@ aotpack_session::~aotpack_session() {
 Status aotpack_session::create(const aotpack_model* model, const aotpack_session_options_t& options,
                                std::unique_ptr<aotpack_session>* out) {
   size_t backend_index = 0;
-  if (!find_backend(options.device_type, &backend_index))
-    return invalid_argument("unknown device_type ", static_cast<int>(options.device_type));
+  if (!find_backend(c_enum_value(options.device_type), &backend_index))
+    return invalid_argument("unknown device_type ", c_enum_value(options.device_type));
   const Backend& b = backend(backend_index);
   Status why_not;
   const Executable* executable = model->executable(backend_index, &why_not);
@@ -38,8 +39,9 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   AOTPACK_RETURN_IF_ERROR(b.check_device_index(options.device_index));
   if (options.num_threads < 1 || options.num_threads > kMaxThreads)
     return invalid_argument("num_threads is ", options.num_threads, ", expected 1..", kMaxThreads);
-  if (options.io_memory != AOTPACK_MEMORY_HOST && options.io_memory != AOTPACK_MEMORY_DEVICE)
-    return invalid_argument("unknown io_memory ", static_cast<int>(options.io_memory),
+  const int32_t io_memory = c_enum_value(options.io_memory);
+  if (io_memory != AOTPACK_MEMORY_HOST && io_memory != AOTPACK_MEMORY_DEVICE)
+    return invalid_argument("unknown io_memory ", io_memory,
                             ", expected AOTPACK_MEMORY_HOST (0) or AOTPACK_MEMORY_DEVICE (1)");
   if (options.cuda_graphs != 0 && options.cuda_graphs != 1)
     return invalid_argument("cuda_graphs is ", options.cuda_graphs, ", expected 0 (off) or 1 (on)");
@@ -89,13 +91,13 @@ Status aotpack_session::check_inputs(const aotpack_tensor_t* inputs, size_t num_
     const aotpack_tensor_t& t = inputs[i];
     const std::string& name = p.inputs[i].name;
     const Buffer& b = p.buffers[p.inputs[i].buffer];
-    if (t.dtype != b.dtype)
-      return invalid_argument("input ", quoted(name), ": dtype is ", dtype_label(t.dtype), ", expected ",
+    if (c_enum_value(t.dtype) != static_cast<int32_t>(b.dtype))
+      return invalid_argument("input ", quoted(name), ": dtype is ", dtype_label(c_enum_value(t.dtype)), ", expected ",
                               dtype_name(b.dtype));
     if (t.rank != static_cast<int32_t>(b.shape.size()))
       return invalid_argument("input ", quoted(name), ": rank is ", t.rank, ", expected ", b.shape.size());
     if (t.rank > 0 && !t.shape) return invalid_argument("input ", quoted(name), ": shape is NULL");
-    uint64_t bytes = dtype_size(t.dtype);
+    uint64_t bytes = dtype_size(b.dtype);  // the input's, checked equal above
     for (size_t d = 0; d < b.shape.size(); ++d) {
       int64_t v = t.shape[d];
       const Expr& e = b.shape[d];
@@ -151,7 +153,19 @@ Status aotpack_session::plan_buffers() {
   return Status();
 }
 
+Status aotpack_session::in_use_error(const char* call) {
+  return invalid_argument(call, " was called while another thread is using this session: a session serves one "
+                          "thread at a time; create one session per thread (sessions of one model share its "
+                          "weights and kernels)");
+}
+
 Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_run");
+  return run_impl(inputs, num_inputs);
+}
+
+Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs) {
   have_outputs_ = false;
   AOTPACK_RETURN_IF_ERROR(check_inputs(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(plan_buffers());
@@ -163,6 +177,8 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
 }
 
 Status aotpack_session::output(size_t index, aotpack_tensor_t* out) const {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_output");
   const Program& p = model_->program();
   if (index >= p.outputs.size())
     return invalid_argument("output index ", index, " is out of range: the model has ", p.outputs.size(), " outputs");

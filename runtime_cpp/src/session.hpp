@@ -5,6 +5,7 @@
 #define AOTPACK_SRC_SESSION_HPP_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,7 +16,8 @@
 #include "model.hpp"
 #include "status.hpp"
 
-// The C API's opaque session. One thread at a time.
+// The C API's opaque session. One thread at a time: a call made while another thread is inside run or output
+// gets an error (INVALID_ARGUMENT) instead of running, so misuse cannot corrupt a run (see InUse).
 struct aotpack_session {
  public:
   aotpack_session(const aotpack_session&) = delete;
@@ -34,6 +36,23 @@ struct aotpack_session {
  private:
   explicit aotpack_session(const aotpack_model* model) : model_(model) { model_->retain(); }
 
+  // Marks the session busy for one call: an atomic exchange, no lock, so a correct caller pays one
+  // uncontended atomic per call. A second thread arriving meanwhile sees busy() and is refused.
+  class InUse {
+   public:
+    explicit InUse(const aotpack_session& s) : s_(s), acquired_(!s.in_use_.exchange(true, std::memory_order_acquire)) {}
+    ~InUse() {
+      if (acquired_) s_.in_use_.store(false, std::memory_order_release);
+    }
+    bool busy() const { return !acquired_; }
+
+   private:
+    const aotpack_session& s_;
+    const bool acquired_;
+  };
+  static aotpack::Status in_use_error(const char* call);
+
+  aotpack::Status run_impl(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status check_inputs(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status plan_buffers();
   std::string symbol_values() const;  // "batch=3, seq=8", for messages
@@ -45,6 +64,7 @@ struct aotpack_session {
   std::vector<int64_t> symbols_;         // this run's symbol values, program order
   std::vector<char> bound_;              // whether symbols_[i] is bound yet in check_inputs
   bool have_outputs_ = false;
+  mutable std::atomic<bool> in_use_{false};  // a thread is inside run or output (InUse)
 };
 
 #endif  // AOTPACK_SRC_SESSION_HPP_

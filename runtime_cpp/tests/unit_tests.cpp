@@ -2,15 +2,19 @@
 // safetensors, the checks of device pointers, the staged weight upload), run by tests/runtime/test_runtime_tool.py. No framework: each CHECK prints what failed.
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_driver.hpp"
 #include "backends/cuda/cuda_weight_upload.hpp"
+#include "elf_image.hpp"
 #include "expr.hpp"
 #include "json.hpp"
 #include "json_reader.hpp"
+#include "plan_check.hpp"
 #include "safetensors.hpp"
 #include "sha256.hpp"
 #include "signature.hpp"
@@ -124,6 +128,46 @@ static void test_expr() {
   CHECK(!eval("[\"max\", 1]", {0, 0}, &r).ok());
   CHECK(!eval("1.5", {0, 0}, &r).ok());
   CHECK(!eval("true", {0, 0}, &r).ok());
+}
+
+static Status bound(const std::string& text, int64_t* out) {
+  json::Value v;
+  Status st = json::parse(text, &v);
+  if (!st.ok()) return st;
+  std::vector<Symbol> symbols(2);
+  symbols[0] = {"a", 1, 2048};
+  symbols[1] = {"b", 3, 5};
+  Expr e;
+  st = parse_expr(v, {"a", "b"}, JsonReader("test"), "e", &e);
+  if (!st.ok()) return st;
+  return expr_upper_bound(e, symbols, out);
+}
+
+static void test_expr_upper_bound() {
+  int64_t r = 0;
+  CHECK(bound("[\"*\", \"a\", \"b\", 4]", &r).ok() && r == 2048 * 5 * 4);
+  CHECK(bound("[\"//\", [\"+\", \"a\", 127], 128]", &r).ok() && r == 16);
+  CHECK(bound("[\"%\", \"a\", 8]", &r).ok() && r == 7);
+  CHECK(bound("[\"%\", \"b\", 8]", &r).ok() && r == 5);  // always below the divisor: itself
+  CHECK(bound("[\"max\", \"a\", [\"*\", \"b\", 1000]]", &r).ok() && r == 5000);
+  CHECK(bound("[\"min\", \"a\", 7]", &r).ok() && r == 7);
+  CHECK(bound("[\"+\", \"a\", [\"*\", -1, \"b\"]]", &r).ok() && r == 2045);
+  CHECK(!bound("[\"//\", \"a\", [\"+\", \"b\", -4]]", &r).ok());  // the divisor's range holds 0
+  CHECK(!bound("[\"*\", \"a\", 9223372036854775807]", &r).ok());
+  CHECK(!bound("[\"//\", -9223372036854775808, [\"+\", \"b\", -6]]", &r).ok());
+}
+
+static void test_elf_image() {
+  std::ifstream f("/proc/self/exe", std::ios::binary);
+  std::vector<uint8_t> self((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(self.size() > 4096);
+  CHECK(check_elf_image("self", host_shared_library(), self.data(), self.size()).ok());
+  for (size_t cut : {self.size() - 1, self.size() / 2, size_t{200}, size_t{63}, size_t{4}, size_t{0}}) {
+    Status st = check_elf_image("self", host_shared_library(), self.data(), cut);
+    CHECK(!st.ok() && st.code() == AOTPACK_DATA_LOSS && st.message().find("self is not a whole kernel library") == 0);
+  }
+  Status cubin = check_elf_image("self", cuda_cubin(), self.data(), self.size());
+  CHECK(!cubin.ok() && cubin.code() == AOTPACK_UNSUPPORTED);
 }
 
 static void test_zip_rejects_garbage() {
@@ -340,6 +384,8 @@ int main() {
   test_base64_and_pae();
   test_json();
   test_expr();
+  test_expr_upper_bound();
+  test_elf_image();
   test_zip_rejects_garbage();
   test_safetensors_round_trip();
   test_device_pointer_checks();

@@ -291,9 +291,15 @@ std::vector<OwnedTensor> read_inputs(const std::string& path, const std::vector<
 std::vector<OwnedTensor> random_inputs(const std::vector<aotpack_tensor_info_t>& infos,
                                        const std::map<std::string, int64_t>& given, uint64_t seed) {
   std::map<std::string, int64_t> symbols;
+  std::map<std::string, std::string> where;  // the first input dim of each symbol, as the runtime names it
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
   for (const auto& info : infos) {
     for (int d = 0; d < info.rank; ++d) {
-      if (info.dims[d].symbol) symbols[info.dims[d].symbol] = info.dims[d].max;
+      const aotpack_dim_info_t& dim = info.dims[d];
+      if (!dim.symbol || symbols.count(dim.symbol)) continue;
+      symbols[dim.symbol] = dim.max;
+      ranges[dim.symbol] = {dim.min, dim.max};
+      where[dim.symbol] = "input \"" + std::string(info.name) + "\" dim " + std::to_string(d);
     }
   }
   for (const auto& [name, value] : given) {
@@ -303,6 +309,13 @@ std::vector<OwnedTensor> random_inputs(const std::vector<aotpack_tensor_info_t>&
       throw UsageError("--sym " + name + ": the model has no symbol \"" + name + "\" (its symbols: " +
                        (known.empty() ? std::string("none") : join_names(known)) + ")");
     }
+    // Checked here, before any input is allocated: a value far outside the range would otherwise be
+    // allocated and filled (or fail as "out of memory") before the runtime refused it.
+    const auto [min, max] = ranges[name];
+    if (value < min || value > max)
+      throw RunError("--sym " + name + "=" + std::to_string(value) + ": " + where[name] + " (" + name + ") = " +
+                     std::to_string(value) + " is outside the declared range " + std::to_string(min) + ".." +
+                     std::to_string(max));
     symbols[name] = value;
   }
   std::mt19937_64 rng(seed);
@@ -311,14 +324,22 @@ std::vector<OwnedTensor> random_inputs(const std::vector<aotpack_tensor_info_t>&
   for (const auto& info : infos) {
     OwnedTensor t;
     t.dtype = info.dtype;
-    size_t count = 1;
+    size_t count = 1, bytes = 0;
     for (int d = 0; d < info.rank; ++d) {
       int64_t size = info.dims[d].symbol ? symbols[info.dims[d].symbol] : info.dims[d].size;
       t.shape.push_back(size);
       if (size < 0) throw UsageError(std::string("a negative size for input \"") + info.name + "\"");
-      count *= static_cast<size_t>(size);
+      if (__builtin_mul_overflow(count, static_cast<size_t>(size), &count))
+        throw RunError(std::string("input \"") + info.name + "\" would have more elements than fit in memory");
     }
-    t.allocate(count * aotpack_dtype_size(t.dtype));
+    if (__builtin_mul_overflow(count, aotpack_dtype_size(t.dtype), &bytes))
+      throw RunError(std::string("input \"") + info.name + "\" would be larger than fits in memory");
+    try {
+      t.allocate(bytes);
+    } catch (const std::bad_alloc&) {
+      throw RunError("out of memory allocating " + std::to_string(bytes) + " bytes for the random input \"" +
+                     info.name + "\"");
+    }
     for (size_t i = 0; i < count; ++i) {
       float f = uniform(rng);
       int64_t bit = static_cast<int64_t>(rng() & 1);

@@ -98,25 +98,63 @@ def base_manifest(program: dict[str, Any], name: str = "test") -> dict[str, Any]
     }
 
 
+# The arguments the hand-written kernels below write, where that is not just the last one.
+KERNEL_WRITES = {"k_double": {1, 2}, "k_widen": {2, 3}}
+
+
+def kernel_table_source(program: dict[str, Any], writes: dict[str, set[int]] | None = None) -> str:
+    """The kernel table (aotpack_kernel_abi.h) of the kernels `program`'s steps name, each argument described
+    by the buffer its first step passes: what the exporter's templates/cpp/kernel_table.cpp.jinja writes."""
+    writes = {**KERNEL_WRITES, **(writes or {})}
+    buffers = {b["id"]: b for b in program["buffers"]}
+    first: dict[str, list[int]] = {}
+    for step in program["steps"]:
+        first.setdefault(step["kernel"], step["args"])
+    from aotpack.lowering.ir.dtypes import code
+
+    out = ["\nnamespace {"]
+    for name, args in first.items():
+        written = writes.get(name, {len(args) - 1})
+        rows = [
+            f'  {{{"AOTPACK_ACCESS_WRITE" if i in written else "AOTPACK_ACCESS_READ"}, '
+            f"{code(buffers[a]['dtype'])}, {json.dumps(json.dumps(buffers[a]['shape'], separators=(',', ':')))}}},"
+            for i, a in enumerate(args)
+        ]
+        out += [f"const aotpack_kernel_arg_t {name}_args[] = {{", *(rows or ['  {0, 0, "[]"},']), "};"]
+    out.append("const aotpack_kernel_entry_t entries[] = {")
+    out += [f'  {{"{n}", &{n}, {len(a)}, {n}_args, 0}},' for n, a in first.items()]
+    out += ["  {nullptr, nullptr, 0, nullptr, 0},", "};", "const aotpack_kernel_symbol_t symbols[] = {"]
+    out += [f'  {{"{s["name"]}", {s["min"]}, {s["max"]}}},' for s in program["symbols"]]
+    out += ['  {"", 0, 0},', "};", "}  // namespace"]
+    out.append(
+        "extern \"C\" const aotpack_kernel_table_t aotpack_kernel_table = {AOTPACK_KERNEL_TABLE_VERSION, "
+        f"{len(first)}, entries, {len(program['symbols'])}, symbols}};"
+    )
+    return "\n".join(out) + "\n"
+
+
 def package_members(
-    program, kernels_source: str, weights: dict[str, np.ndarray], abi_version=None
+    program, kernels_source: str, weights: dict[str, np.ndarray], abi_version=None, table=True
 ) -> dict[str, bytes]:
+    """table: the kernel table made from the program (kernel_table_source), or False for a library without
+    one, as packages exported before tables are."""
+    source = kernels_source + (kernel_table_source(program) if table else "")
     return {
         layout.PROGRAM: canonical_json(program),
         layout.WEIGHTS: save_safetensors(weights) if weights else save_safetensors({}),
-        LIBRARY: compile_kernels(kernels_source, abi_version),
-        SOURCE: (KERNEL_PRELUDE + kernels_source).encode(),
+        LIBRARY: compile_kernels(source, abi_version),
+        SOURCE: (KERNEL_PRELUDE + source).encode(),
     }
 
 
 def write_test_package(
-    path, program, kernels_source, weights, *, manifest_update=None, abi_version=None
+    path, program, kernels_source, weights, *, manifest_update=None, abi_version=None, table=True
 ) -> Path:
     """A valid package (unless the arguments make it otherwise) written by the project's writer."""
     manifest = base_manifest(program)
     if manifest_update:
         manifest.update(manifest_update)
-    write_package(path, manifest, package_members(program, kernels_source, weights, abi_version))
+    write_package(path, manifest, package_members(program, kernels_source, weights, abi_version, table))
     return Path(path)
 
 

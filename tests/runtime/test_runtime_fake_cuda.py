@@ -615,6 +615,50 @@ for n in (3, 3, 5):
             assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 2
 
 
+def cuda_mutants(path):
+    """The package's CUDA part edited consistently (digests recomputed): launches the device would reject or
+    that would write where no kernel may, and a truncated cubin."""
+    from corrupt_packages import pack, read_entries
+
+    entries = read_entries(path.read_bytes())
+    program = json.loads(entries["program.json"])
+    weight = next(b["id"] for b in program["buffers"] if b["kind"] == "weight")
+    out = []
+
+    def edit(kind, expect, change):
+        p = json.loads(entries["program.json"])
+        change(p["cuda"]["steps"])
+        out.append((kind, expect, pack({**entries, "program.json": (json.dumps(p, indent=1, sort_keys=True) + "\n").encode()})))
+
+    edit("grid 2^40", "a launch takes 0..2147483647", lambda steps: steps[0].update(grid=[2**40, 1, 1]))
+    edit("grid y 70000", "a launch takes 0..65535", lambda steps: steps[0].update(grid=[1, 70000, 1]))
+    edit("output pointed at a weight", "which is read-only", lambda steps: steps[-1]["args"].__setitem__(-1, weight))
+    edit("output also an input", "must not alias",
+         lambda steps: steps[-1]["args"].__setitem__(0, steps[-1]["args"][-1]))
+    edit("no step writes the output", "is written by no step", lambda steps: steps.pop())
+    cubin = next(n for n in entries if n.endswith(".cubin"))
+    out.append(("cubin truncated", "is not a whole cubin", pack({**entries, cubin: entries[cubin][: len(entries[cubin]) // 2]})))
+    out.append(("cubin not an ELF", "is not a whole cubin", pack({**entries, cubin: b"garbage" * 40})))
+    return out
+
+
+def test_a_damaged_cuda_part_is_refused_before_any_launch(runtime_build, package, tmp_path):
+    failures = []
+    for i, (kind, expect, data) in enumerate(cuda_mutants(package[0])):
+        path = tmp_path / f"c{i}.aotpack"
+        path.write_bytes(data)
+        result = subprocess.run([str(runtime_build / "aotpack-run"), str(path), "--device", "cuda", "--repeat", "0"],
+                                capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+        lines = result.stderr.splitlines()
+        if not (result.returncode == 1 and len(lines) == 1 and expect in lines[0]):
+            failures.append(f"{kind}: exit {result.returncode}, {result.stderr[-500:]!r}")
+        cpu = subprocess.run([str(runtime_build / "aotpack-run"), str(path), "--repeat", "0"],
+                             capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+        if cpu.returncode != 0:  # the CPU part is intact: the package still runs there
+            failures.append(f"{kind} on the CPU: exit {cpu.returncode}, {cpu.stderr[-300:]!r}")
+    assert not failures, "\n".join(failures)
+
+
 class Wide(nn.Module):
     """A product whose best tiles change over 1..600 rows (lowering/ir/buckets.py)."""
 
@@ -675,3 +719,27 @@ def test_each_run_launches_the_variant_of_its_bucket(runtime_build, wide_package
     launches = [[line for line in run if "cuLaunchKernel(" in line] for run in runs_of(trace)]
     for n, run in zip((1, 200, 600), launches):
         assert any(f"cuLaunchKernel({expected[n]}," in line for line in run), (n, expected[n], run)
+
+
+def test_each_bucket_variant_is_checked_like_the_step(runtime_build, tmp_path):
+    """plan checks run over every (step, kernel, grid) alternative: a variant's grid past the device limit is
+    refused at load, naming the bucket, though the step's own launch is fine."""
+    from corrupt_packages import pack, read_entries
+
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 600)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
+                                                                             CudaTarget((90,)))).path
+    entries = read_entries(path.read_bytes())
+    program = json.loads(entries["program.json"])
+    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "variants" in s)
+    program["cuda"]["steps"][index]["variants"]["buckets"][0]["grid"] = [1, 2**20, 1]
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
+    result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+    assert result.returncode == 1, result.stderr
+    assert f"program.json cuda.steps[{index}].variants.buckets[0].grid[1] 1048576 is 1048576 at the minima" in result.stderr

@@ -143,7 +143,9 @@ def test_kernel_report_error_names_step_and_kernel(rt, embed, embed_table):
     np.testing.assert_allclose(emb, embed_table[good] * mask[..., None], rtol=1e-6)
 
 
-def test_buffer_larger_than_max_bytes_is_internal(rt, packages_dir):
+def test_buffer_smaller_than_its_shape_at_the_maxima_is_refused_at_load(rt, packages_dir):
+    """A max_bytes too small for the declared maxima used to fail the first run that needed more (an INTERNAL
+    error at batch 11); plan_check refuses the package before any session exists."""
     program = mlp_program()
     program["buffers"][-1]["max_bytes"] = 400  # 10 rows of 10 floats; batch 11 needs 440
     weights = {
@@ -153,23 +155,27 @@ def test_buffer_larger_than_max_bytes_is_internal(rt, packages_dir):
         "fc2.bias": x_of(10),
     }
     path = write_test_package(packages_dir / "small_output.aotpack", program, MLP_KERNELS, weights)
-    session = rt.Model(path).session()
-    session.run([x_of(10, 32)])
-    e = run_error(session, [x_of(11, 32)])
-    assert e.code == rt.StatusCode.INTERNAL
-    assert str(e).startswith("buffer 5 (output) needs 440 bytes at batch=11, more than its max_bytes 400")
+    with pytest.raises(rt.AotpackError) as info:
+        rt.Model(path)
+    assert info.value.code == rt.StatusCode.DATA_LOSS
+    assert str(info.value) == (
+        f'package {path}: program.json: buffers[6]: buffer 5 (output float32 ["batch", 10]) takes 2560 bytes at '
+        "batch=64, more than its max_bytes 400"
+    )
 
 
-def test_expression_overflow_fails_the_run(rt, packages_dir):
+def test_expression_overflow_is_refused_at_load(rt, packages_dir):
+    """A size that overflows int64 within the declared ranges is found at load (plan_check evaluates every
+    buffer at the maxima), not by the first run that reaches it."""
     program = embed_program()
     program["buffers"][4]["shape"] = [["*", "batch", "seq", 4611686018427387904]]
     path = write_test_package(
         packages_dir / "overflow.aotpack", program, EMBED_KERNELS, {"table": x_of(16, 8)}
     )
-    session = rt.Model(path).session()
-    e = run_error(session, [ids_of(1, 2), x_of(1, 2)])
-    assert e.code == rt.StatusCode.INVALID_ARGUMENT
-    assert "overflows int64" in str(e) and "buffer 4 (output) dim 0" in str(e) and "batch=1, seq=2" in str(e)
+    with pytest.raises(rt.AotpackError) as info:
+        rt.Model(path)
+    e = info.value
+    assert "overflows int64" in str(e) and 'buffers[4]: buffer 4 (output int64 [["*", "batch", "seq"' in str(e)
 
 
 def test_session_options(rt, mlp_package):

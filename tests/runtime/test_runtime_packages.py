@@ -229,7 +229,7 @@ def test_missing_kernel_symbol(rt, mlp_package, tmp_path):
     e = load_error(rt, path)
     assert e.code == rt.StatusCode.NOT_FOUND
     assert str(e) == (
-        f"package {path}: program.json steps[1]: kernel k_nope is not exported by the CPU kernel "
+        f"package {path}: program.json steps[1]: kernel k_nope is not in the kernel table of the CPU kernel "
         f"library {LIBRARY}"
     )
 
@@ -247,7 +247,8 @@ def test_library_not_an_elf(rt, mlp_package, tmp_path):
     e = load_error(
         rt, rewrite(mlp_package, tmp_path / "p.aotpack", members={LIBRARY: b"\x7fELF garbage" * 100})
     )
-    assert e.code == rt.StatusCode.UNSUPPORTED and f"cannot load the CPU kernel library {LIBRARY}" in str(e)
+    assert e.code == rt.StatusCode.DATA_LOSS
+    assert str(e).endswith(f"{LIBRARY} is not a whole kernel library: ELF class 32 and data encoding 103 are not ELF's")
 
 
 def _host_has(flag: str) -> bool:

@@ -226,3 +226,20 @@ def test_no_verify(runtime_build, mlp_package, tmp_path):
     path = flip_byte(mlp_package, tmp_path / "p.aotpack", SOURCE, 3)
     assert run_tool(runtime_build, path).returncode == 1
     assert run_tool(runtime_build, path, "--no-verify", "--sym", "batch=1").returncode == 0
+
+
+def test_sym_values_are_checked_before_any_input_is_allocated(runtime_build, embed_package):
+    """--sym far outside the range (2^40) says so at once; it used to allocate and fill the inputs first (36 s
+    for seq=4000000) or fail as "out of memory". The time bound shows nothing was allocated or filled."""
+    import time
+
+    for value in (4000000, 2**40):
+        start = time.monotonic()
+        result = run_tool(runtime_build, embed_package, "--sym", f"seq={value}", "batch=4")
+        assert time.monotonic() - start < 10
+        assert_one_line_error(
+            result, 1,
+            f'--sym seq={value}: input "input_ids" dim 1 (seq) = {value} is outside the declared range 1..2048',
+        )
+    assert_one_line_error(run_tool(runtime_build, embed_package, "--sym", "batch=0"), 1,
+                          '--sym batch=0: input "input_ids" dim 0 (batch) = 0 is outside the declared range 1..4')

@@ -69,6 +69,54 @@ def test_a_modified_member_is_reported(tmp_path):
     assert verify_digests(package) == [f"member {layout.WEIGHTS} does not match its sha256 in the manifest"]
 
 
+KILLED_WRITER = """
+import sys, time, zipfile
+from aotpack.packages import layout
+from aotpack.packages.writer import write_package
+
+real = zipfile.ZipFile.writestr
+def slow(self, info, data, *args, **kwargs):
+    if getattr(info, "filename", info) == layout.WEIGHTS:
+        print("writing", flush=True)
+        time.sleep(60)  # killed here, half-way through the package
+    return real(self, info, data, *args, **kwargs)
+zipfile.ZipFile.writestr = slow
+write_package(sys.argv[1], {"name": "killed"}, {"program.json": b"{}", layout.WEIGHTS: b"w" * 1000})
+"""
+
+
+def test_a_killed_export_leaves_a_partial_that_the_next_export_removes(tmp_path):
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.aotpack"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    stale = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    assert len(stale) == 1 and stale[0].name.startswith(".m.aotpack.") and not path.exists()
+    # A partial that a live export to the same path holds (its flock) is not touched.
+    live = tmp_path / ".m.aotpack.live1234.partial"
+    live.write_bytes(b"in progress")
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        write_package(path, {"name": "m"}, MEMBERS)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "m.aotpack"]
+    assert verify_digests(read_package(path)) == []
+    # Once its writer is gone, the next export removes it too; other packages' partials are left alone.
+    other = tmp_path / ".n.aotpack.abcd.partial"
+    other.write_bytes(b"another package's")
+    write_package(path, {"name": "m"}, MEMBERS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "m.aotpack"]
+
+
 def test_large_members_carry_the_digests_of_their_chunks(tmp_path, monkeypatch):
     """A member larger than layout.DIGEST_CHUNK_BYTES lists the sha256 of each chunk (the last one shorter) beside
     its whole sha256, which stays its identity; smaller members list only the whole."""

@@ -9,6 +9,7 @@ collapse into one function.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ import sympy
 from ....errors import UnsupportedError
 from ...codegen.body import BodyWriter
 from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
+from ...codegen.printer import to_json
 from ...ir import scalar
+from ...ir.dtypes import code as dtype_code
 from ...ir.dtypes import is_float
 from ...ir.kernels import (
     AttentionKernel,
@@ -48,8 +51,19 @@ from .spelling import (
 
 
 @dataclass(frozen=True)
+class KernelArg:
+    """What a kernel does with one argument, for the library's kernel table (aotpack_kernel_abi.h): whether it
+    writes it, and the buffer it was generated for (the runtime checks each step's buffers against these)."""
+
+    writes: bool
+    dtype: str
+    shape: str  # the buffer's shape in program.json's JSON form, compact
+
+
+@dataclass(frozen=True)
 class CppKernel(RenderedKernel):
     scratch_bytes: int = 0  # per-thread scratch it takes from the runtime (kernel ABI thread_scratch)
+    args: tuple[KernelArg, ...] = ()
 
 
 class CppRenderer(KernelRenderer):
@@ -69,13 +83,34 @@ class CppRenderer(KernelRenderer):
         symbols = [{"cname": f"s_{s.name}", "index": i} for s, i in self.used_symbols(exprs)]
         return {"args": arg_data, "symbols": symbols, "output": "out"}
 
+    def contract(self, kernel: Kernel) -> tuple[KernelArg, ...]:
+        """Each argument's access and buffer: what it reads, then the output it writes."""
+        args = self.args(kernel)
+        return tuple(KernelArg(i == len(args) - 1, self.program.buffers[b].dtype,
+                               json.dumps([to_json(d) for d in self.program.buffers[b].shape], separators=(",", ":")))
+                     for i, b in enumerate(args))
+
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[CppKernel, None]:
-        name = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-        return CppKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel)), None
+        # Named by its body and its arguments' contract, so that steps share a kernel only where the table's one
+        # entry describes every one of them.
+        contract = self.contract(kernel)
+        key = body + "".join(f"\n{a.writes} {a.dtype} {a.shape}" for a in contract)
+        name = "k_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+        return CppKernel(name, kernel.family, body.replace("KERNEL_NAME", name), self.scratch_bytes(kernel),
+                         contract), None
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
         scratch = max((k.scratch_bytes for k in kernels), default=0)
         return self.env.get_template("prelude.h.jinja").render(scratch_bytes=scratch)
+
+    def epilogue(self, kernels: list[RenderedKernel]) -> str:
+        """The kernel table: every kernel with its arguments' contract, and the symbols they were made for."""
+        entries = [{"name": k.name, "scratch_bytes": k.scratch_bytes,
+                    "args": [{"access": "AOTPACK_ACCESS_WRITE" if a.writes else "AOTPACK_ACCESS_READ",
+                              "dtype": dtype_code(a.dtype), "shape": json.dumps(a.shape)} for a in k.args]}
+                   for k in kernels if isinstance(k, CppKernel)]
+        symbols = [{"name": json.dumps(s.name), "min": s.min, "max": s.max} for s in self.program.symbols]
+        return self.env.get_template("kernel_table.cpp.jinja").render(kernels=entries, symbols=symbols)
 
     def pointwise(self, k: PointwiseKernel) -> tuple[str, dict[str, Any]]:
         arg_names, sym_names = self.names(k)

@@ -5,7 +5,7 @@
 // softmax (running max m, running sum l), so no scores outlive a block. Scratch, per thread, in floats:
 // q rows (BM x D, scaled), k panels (BN/16 x D x 16), scores (BM x BN), v panels (DVP/16 x BN x 16),
 // the output accumulator (BM x DVP), m and l (BM each).
-extern "C" void k_710b4b3aa31a6496(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_8368c96ef4d0ff43(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];

@@ -4,7 +4,7 @@
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as six rows in place.
 // Tiles of up to AOTPACK_DOT_MAX_ROWS rows take dot products instead: b's columns are contiguous in k.
-extern "C" void k_f5c59258bad2ef95(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_1bf514849664bae5(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];

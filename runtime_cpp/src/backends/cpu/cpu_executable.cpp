@@ -1,10 +1,13 @@
 #include "cpu_executable.hpp"
 
 #include <string>
+#include <unordered_map>
 
 #include "cpu_features.hpp"
 #include "cpu_workspace.hpp"
 #include "json_reader.hpp"
+#include "kernel_contracts.hpp"
+#include "plan_check.hpp"
 
 namespace aotpack {
 
@@ -48,13 +51,43 @@ Status CpuExecutable::load(const PackageParts& parts, std::unique_ptr<Executable
   MemberBytes bytes;
   AOTPACK_RETURN_IF_ERROR(package.member(library, &bytes));
   AOTPACK_RETURN_IF_ERROR(KernelLibrary::open(library, bytes.data, bytes.size, &e->library_));
-  e->step_kernels_.resize(program.steps.size());
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    AOTPACK_RETURN_IF_ERROR(e->library_->kernel(program.steps[i].kernel, &e->step_kernels_[i])
-                                .prefixed(str_cat("program.json steps[", i, "]")));
-  }
+  AOTPACK_RETURN_IF_ERROR(e->resolve_steps(library));
   *out = std::move(e);
   return Status();
+}
+
+// With a kernel table, each step runs a kernel of the table and is checked against its contract; a library
+// without one (exported before tables) resolves names among its own functions, unchecked (docs/COMPATIBILITY.md).
+Status CpuExecutable::resolve_steps(const std::string& library) {
+  const Program& program = *program_;
+  step_kernels_.resize(program.steps.size());
+  const aotpack_kernel_table_t* table = library_->table();
+  if (!table) {
+    for (size_t i = 0; i < program.steps.size(); ++i) {
+      AOTPACK_RETURN_IF_ERROR(library_->legacy_kernel(program.steps[i].kernel, &step_kernels_[i])
+                                  .prefixed(str_cat("program.json steps[", i, "]")));
+    }
+    return Status();
+  }
+  AOTPACK_RETURN_IF_ERROR(check_table_symbols(library, *table, program));
+  std::unordered_map<const aotpack_kernel_entry_t*, KernelContract> contracts;  // parsed once per kernel
+  std::vector<std::vector<bool>> writes(program.steps.size());
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const Step& step = program.steps[i];
+    std::string where = str_cat("program.json steps[", i, "]");
+    const aotpack_kernel_entry_t* entry = nullptr;
+    AOTPACK_RETURN_IF_ERROR(library_->entry(step.kernel, &entry).prefixed(where));
+    auto it = contracts.find(entry);
+    if (it == contracts.end()) {
+      KernelContract contract;
+      AOTPACK_RETURN_IF_ERROR(kernel_contract(library, *entry, program, &contract));
+      it = contracts.emplace(entry, std::move(contract)).first;
+    }
+    AOTPACK_RETURN_IF_ERROR(check_step(program, where, step, it->second));
+    for (const ArgContract& arg : it->second.args) writes[i].push_back(arg.writes);
+    step_kernels_[i] = entry->fn;
+  }
+  return check_outputs_written(program, writes);
 }
 
 Status CpuExecutable::create_workspace(const WorkspaceOptions& options, std::unique_ptr<Workspace>* out) const {

@@ -4,6 +4,7 @@
 #define AOTPACK_SRC_BACKENDS_CPU_CPU_EXECUTABLE_HPP_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "aotpack_kernel_abi.h"
@@ -31,6 +32,7 @@ class CpuExecutable final : public Executable {
 
  private:
   CpuExecutable() = default;
+  Status resolve_steps(const std::string& library);
 
   const Program* program_ = nullptr;
   const std::vector<const void*>* weight_data_ = nullptr;

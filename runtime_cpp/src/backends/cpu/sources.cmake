@@ -2,6 +2,7 @@
 list(APPEND AOTPACK_BACKEND_SOURCES
   src/backends/cpu/cpu_features.cpp
   src/backends/cpu/kernel_library.cpp
+  src/backends/cpu/kernel_contracts.cpp
   src/backends/cpu/thread_pool.cpp
   src/backends/cpu/cpu_executable.cpp
   src/backends/cpu/cpu_workspace.cpp

@@ -6,6 +6,7 @@
 #include "cuda_weight_upload.hpp"
 #include "cuda_workspace.hpp"
 #include "dtype.hpp"
+#include "elf_image.hpp"
 #include "json_reader.hpp"
 #include "timing.hpp"
 
@@ -139,6 +140,7 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
                          "provide yet");
     MemberBytes image;
     AOTPACK_RETURN_IF_ERROR(package_->member(cubin, &image));
+    AOTPACK_RETURN_IF_ERROR(check_elf_image(cubin, cuda_cubin(), image.data, image.size));
     CUmodule module = nullptr;
     // The cubin is read in place from the package mapping: no temporary file.
     AOTPACK_RETURN_IF_ERROR(check(*d, d->cuModuleLoadData(&module, image.data), str_cat("cuModuleLoadData(", cubin, ")").c_str()));

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "json_reader.hpp"
+#include "plan_check.hpp"
 
 namespace aotpack {
 
@@ -23,6 +25,8 @@ Status parse_index_list(const JsonReader& r, const json::Value& obj, const std::
   }
   return Status();
 }
+
+std::string name_of(const CudaPlan& plan, const CudaStep& step) { return plan.kernels[step.kernel].name; }
 
 Status find_kernel(const JsonReader& r, const CudaPlan& plan, const json::Value& item, const std::string& path,
                    size_t* out) {
@@ -166,9 +170,73 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
     AOTPACK_RETURN_IF_ERROR(parse_variants(r, plan, program, item, path, &step));
     plan.steps.push_back(std::move(step));
   }
+  AOTPACK_RETURN_IF_ERROR(check_cuda_launches(program, plan));
   *out = std::move(plan);
   *present = true;
   return Status();
+}
+
+// Every launch within what a device takes at both ends of the declared ranges, each kernel given the same
+// number of buffers by every step, each step's output (its last buffer) a buffer a kernel may write and not
+// also one of its inputs, and every declared output written by some step.
+Status check_cuda_launches(const Program& program, const CudaPlan& plan) {
+  constexpr int64_t kMaxGrid[3] = {(int64_t{1} << 31) - 1, 65535, 65535};  // CUDA's limits on every device
+  std::vector<int64_t> at[2];
+  for (const Symbol& s : program.symbols) {
+    at[0].push_back(s.min);
+    at[1].push_back(s.max);
+  }
+  at[0].push_back(0);
+  at[1].push_back(0);
+  std::vector<int64_t> args_of(plan.kernels.size(), -1);
+  std::vector<std::vector<bool>> writes(plan.steps.size());
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const CudaStep& step = plan.steps[s];
+    // The step's own launch and each bucket's variant, checked alike.
+    std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
+    for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+    for (size_t l = 0; l < launches.size(); ++l) {
+      std::string where = l == 0 ? str_cat("program.json cuda.steps[", s, "]")
+                                 : str_cat("program.json cuda.steps[", s, "].variants.buckets[", l - 1, "]");
+      const std::string& name = plan.kernels[launches[l].first].name;
+      int64_t& count = args_of[launches[l].first];
+      if (count >= 0 && count != static_cast<int64_t>(step.args.size()))
+        return data_loss(where, ": kernel ", name, " is given ", step.args.size(), " buffers here but ", count,
+                         " by an earlier step; a kernel takes one fixed list of parameters");
+      count = static_cast<int64_t>(step.args.size());
+      const std::array<Expr, 3>& grid = *launches[l].second;
+      for (size_t g = 0; g < 3; ++g) {
+        for (const std::vector<int64_t>& values : at) {
+          int64_t v = 0;
+          AOTPACK_RETURN_IF_ERROR(eval_expr(grid[g], values.data(), &v).prefixed(str_cat(where, ".grid[", g, "]")));
+          if (v < 0 || v > kMaxGrid[g])
+            return data_loss(where, ".grid[", g, "] ", expr_to_string(grid[g], program.symbol_names), " is ", v,
+                             " at the ", &values == &at[0] ? "minima" : "maxima", " of the declared ranges; a launch "
+                             "takes 0..", kMaxGrid[g]);
+        }
+      }
+    }
+    std::string where = str_cat("program.json cuda.steps[", s, "]");
+    const std::string& name = plan.kernels[step.kernel].name;
+    size_t out = step.args.back();
+    const Buffer& b = program.buffers[out];
+    if (b.kind == BufferKind::kWeight || b.kind == BufferKind::kInput)
+      return data_loss(where, ": kernel ", name, " writes its last buffer, but the step passes buffer ", b.id, ", a ",
+                       buffer_kind_name(b.kind), ", which is read-only");
+    for (size_t a = 0; a + 1 < step.args.size(); ++a) {
+      if (step.args[a] == out)
+        return data_loss(where, ": the output buffer ", b.id, " is also passed as argument ", a,
+                         ": a written argument must not alias another");
+    }
+    writes[s].assign(step.args.size(), false);
+    writes[s].back() = true;
+  }
+  // check_outputs_written reads program.steps' args; the CUDA steps are their own list.
+  Program cuda_steps_view;
+  cuda_steps_view.outputs = program.outputs;
+  cuda_steps_view.buffers = program.buffers;
+  for (const CudaStep& step : plan.steps) cuda_steps_view.steps.push_back(Step{name_of(plan, step), step.args});
+  return check_outputs_written(cuda_steps_view, writes).prefixed("cuda");
 }
 
 }  // namespace aotpack

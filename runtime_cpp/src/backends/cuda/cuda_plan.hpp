@@ -56,6 +56,11 @@ struct CudaPlan {
 Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_doc, const Program& program,
                        bool* present, CudaPlan* out);
 
+// The launches checked before any device is touched (parse_cuda_plan runs it): grids within the device limits
+// over the declared ranges, a fixed parameter count per kernel, outputs never read-only or aliased, and every
+// declared output written. DATA_LOSS naming the step.
+Status check_cuda_launches(const Program& program, const CudaPlan& plan);
+
 }  // namespace aotpack
 
 #endif  // AOTPACK_SRC_BACKENDS_CUDA_CUDA_PLAN_HPP_
