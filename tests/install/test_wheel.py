@@ -93,6 +93,18 @@ def test_wheel_holds_the_runtime_and_every_part_of_the_package(wheel):
     assert not shipped_roots & NOT_SHIPPED, shipped_roots & NOT_SHIPPED
 
 
+def test_wheel_ships_the_triton_backend(venv, site_package):
+    """libtriton_aotpack.so beside a copy of the runtime named by its SONAME, found through RUNPATH $ORIGIN, in
+    the folder `aotpack --triton-backend-dir` prints (docs/serving.md)."""
+    backend = site_package / "triton_backends" / "aotpack"
+    assert (backend / "libtriton_aotpack.so").is_file() and (backend / "libaotpack.so.0").is_file()
+    dynamic = run(["readelf", "-d", backend / "libtriton_aotpack.so"]).stdout
+    assert "Shared library: [libaotpack.so.0]" in dynamic and "$ORIGIN" in dynamic, dynamic
+    assert "not found" not in run(["ldd", backend / "libtriton_aotpack.so"]).stdout
+    printed = run(["aotpack", "--triton-backend-dir"], env=bare_env(venv / "bin")).stdout.strip()
+    assert printed == str(site_package / "triton_backends")
+
+
 def test_soname_is_versioned(site_package):
     dynamic = run(["readelf", "-d", site_package / "lib" / "libaotpack.so.0"]).stdout
     assert "Library soname: [libaotpack.so.0]" in dynamic
