@@ -58,13 +58,22 @@ def contiguous_strides(shape: Sequence[Expr]) -> tuple[Expr, ...]:
 
 def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
     """The largest value `expr` takes over the symbols' declared ranges (used to plan memory)."""
+    return _integer_bound(expr, ranges, "upper")
+
+
+def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
+    """The smallest value `expr` takes over the symbols' declared ranges."""
+    return _integer_bound(expr, ranges, "lower")
+
+
+def _integer_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]], side: str) -> int:
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         return int(expr)
-    bound = bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
-    if not bound.upper.is_Integer:
+    bound = getattr(bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()}), side)
+    if not bound.is_Integer:
         raise UnsupportedError(f"cannot bound the size {expr} over the declared ranges")
-    return int(bound.upper)
+    return int(bound)
 
 
 def fold_div_mod(expr: Expr) -> Expr:
@@ -116,17 +125,6 @@ def _factor_of(term: Expr, kinds) -> tuple[Expr, Expr | None]:
     if len(found) != 1:
         return term, None
     return sympy.Mul(*[f for f in factors if f is not found[0]]), found[0]
-
-
-def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
-    """The smallest value `expr` takes over the symbols' declared ranges."""
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return int(expr)
-    bound = bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
-    if not bound.lower.is_Integer:
-        raise UnsupportedError(f"cannot bound the size {expr} over the declared ranges")
-    return int(bound.lower)
 
 
 def evaluate(expr: Expr, values: Mapping[sympy.Symbol, int]) -> int:
