@@ -11,6 +11,7 @@ scatter updates either).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import fields, replace
 
 from . import scalar
@@ -33,9 +34,10 @@ def dedupe_kernels(program: Program) -> Program:
     steps = list(program.steps)
     buffers = dict(program.buffers)
     outputs = set(program.outputs)
+    writers = Counter(s.output for s in steps)  # dropping a duplicate changes no other buffer's count
     t = 0
     while t < len(steps):
-        later = _duplicate_of(steps, t, outputs)
+        later = _duplicate_of(steps, t, outputs, writers)
         if later is None:
             t += 1
             continue
@@ -50,7 +52,7 @@ def _key(kernel: Kernel) -> tuple:
     return (type(kernel),) + tuple(getattr(kernel, f.name) for f in fields(kernel) if f.name != "output")
 
 
-def _duplicate_of(steps: list[Kernel], t: int, outputs: set[str]) -> int | None:
+def _duplicate_of(steps: list[Kernel], t: int, outputs: set[str], writers: Counter) -> int | None:
     first = steps[t]
     if not isinstance(first, PURE) or first.output in outputs:
         return None
@@ -59,8 +61,7 @@ def _duplicate_of(steps: list[Kernel], t: int, outputs: set[str]) -> int | None:
         step = steps[u]
         if isinstance(step, PURE) and step.output not in outputs and _key(step) == key:
             # each buffer written once, by its own step: a scatter updating either later would make them differ
-            writers = [s.output for s in steps]
-            return u if writers.count(first.output) == 1 and writers.count(step.output) == 1 else None
+            return u if writers[first.output] == 1 and writers[step.output] == 1 else None
         if step.output in reads or step.output == first.output:
             return None  # what they read, or the first's result, changes after here
     return None

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import sympy
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from .scalar import Const, IndexValue, Node, Op
+from .symbolic import value_range
 
 FOLDED_DTYPES = ("int64", "int32")
 Bounds = tuple[sympy.Expr, sympy.Expr]  # an index variable's least and greatest value
@@ -89,7 +89,7 @@ def provably_nonnegative(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, tuple[i
         return bool(expr >= 0)
     if not expr.free_symbols <= set(ranges):
         return False
-    bound = bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
+    bound = value_range(expr, ranges)
     return bool(bound.lower.is_number and bound.lower >= 0)
 
 

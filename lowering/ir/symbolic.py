@@ -66,11 +66,16 @@ def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> i
     return _integer_bound(expr, ranges, "lower")
 
 
+def value_range(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> ValueRanges:
+    """The values `expr` takes over the symbols' declared ranges (torch's bound_sympy), lower and upper."""
+    return bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
+
+
 def _integer_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]], side: str) -> int:
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         return int(expr)
-    bound = getattr(bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()}), side)
+    bound = getattr(value_range(expr, ranges), side)
     if not bound.is_Integer:
         raise UnsupportedError(f"cannot bound the size {expr} over the declared ranges")
     return int(bound)
