@@ -721,25 +721,38 @@ def test_each_run_launches_the_variant_of_its_bucket(runtime_build, wide_package
         assert any(f"cuLaunchKernel({expected[n]}," in line for line in run), (n, expected[n], run)
 
 
-def test_each_bucket_variant_is_checked_like_the_step(runtime_build, tmp_path):
-    """plan checks run over every (step, kernel, grid) alternative: a variant's grid past the device limit is
-    refused at load, naming the bucket, though the step's own launch is fine."""
+def _grid_past_the_limit(step: dict, program: dict) -> None:
+    step["variants"]["buckets"][0]["grid"] = [1, 2**20, 1]
+
+
+def _buckets_not_ascending(step: dict, program: dict) -> None:
+    step["variants"]["buckets"].append(dict(step["variants"]["buckets"][-1]))
+
+
+def _variant_with_other_parameters(step: dict, program: dict) -> None:
+    name = step["variants"]["buckets"][0]["kernel"]
+    next(k for k in program["cuda"]["kernels"] if k["name"] == name)["errors"].append("a check the step lacks")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_grid_past_the_limit, "variants.buckets[0].grid[1] 1048576 is 1048576 at the minima"),
+    (_buckets_not_ascending, "upto: the buckets must ascend"),
+    (_variant_with_other_parameters, "takes other parameters than the step's kernel"),
+], ids=["grid", "ascending", "parameters"])
+def test_each_bucket_variant_is_checked_like_the_step(runtime_build, wide_package, tmp_path, edit, message):
+    """Every (step, kernel, grid) alternative is checked at load, naming the bucket: a variant's grid past the
+    device limit (though the step's own launch is fine), buckets out of order, a variant kernel that takes other
+    parameters than the step's."""
     from corrupt_packages import pack, read_entries
 
-    torch.manual_seed(0)
-    spec = ModelSpec(tmp_path / "model.py", Wide().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}},
-                     {"n": (1, 600)})
-    plan = resolve_symbols(spec)
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    path = build_package(captured, tmp_path / "wide.aotpack", targets=Targets(CpuTarget("x86-64-v3"),
-                                                                             CudaTarget((90,)))).path
-    entries = read_entries(path.read_bytes())
+    entries = read_entries(wide_package.read_bytes())
     program = json.loads(entries["program.json"])
     index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "variants" in s)
-    program["cuda"]["steps"][index]["variants"]["buckets"][0]["grid"] = [1, 2**20, 1]
+    edit(program["cuda"]["steps"][index], program)
     bad = tmp_path / "bad.aotpack"
     bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
     result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
                             capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
     assert result.returncode == 1, result.stderr
-    assert f"program.json cuda.steps[{index}].variants.buckets[0].grid[1] 1048576 is 1048576 at the minima" in result.stderr
+    assert f"cuda.steps[{index}].variants" in result.stderr and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
