@@ -2,8 +2,9 @@
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
-                     repeat an earlier one and ir/epilogue.py fuses each matrix product's elementwise
-                     consumer into it)
+                     repeat an earlier one, ir/epilogue.py fuses each matrix product's elementwise
+                     consumer into it, or the work its readers share, and ir/copy_elision.py turns copies
+                     into views of what they copy)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -32,7 +33,8 @@ from .backends import Artifacts, Backend, backends_for
 from .codegen.printer import to_json
 from .frontend.graph import GraphLowering
 from .ir.dedupe import dedupe_kernels
-from .ir.epilogue import fuse_epilogues
+from .ir.copy_elision import elide_copies
+from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
 from .ir.verify import verify_plan, verify_program
@@ -70,7 +72,7 @@ def lower(captured: CapturedProgram) -> Program:
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    return fuse_epilogues(dedupe_kernels(program))
+    return elide_copies(fuse_shared_epilogues(fuse_epilogues(dedupe_kernels(program))))
 
 
 def _lower(state: Compilation) -> Compilation:
