@@ -2,7 +2,7 @@
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
-                     repeat an earlier one, ir/epilogue.py fuses each matrix product's elementwise
+                     repeat an earlier one, ir/sibling_products.py merges products of one operand, ir/epilogue.py fuses each matrix product's elementwise
                      consumer into it, or the work its readers share, and ir/copy_elision.py turns copies
                      into views of what they copy)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
@@ -37,6 +37,7 @@ from .ir.copy_elision import elide_copies
 from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
+from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
 from .targets import Targets
@@ -72,7 +73,8 @@ def lower(captured: CapturedProgram) -> Program:
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    return elide_copies(fuse_shared_epilogues(fuse_epilogues(dedupe_kernels(program))))
+    program = merge_sibling_products(dedupe_kernels(program))
+    return elide_copies(fuse_shared_epilogues(fuse_epilogues(program)))
 
 
 def _lower(state: Compilation) -> Compilation:

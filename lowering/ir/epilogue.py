@@ -27,7 +27,7 @@ from torch.utils._sympy import functions as tf
 from . import scalar
 from .kernels import ACC, MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
 from .scalar import Load
-from .symbolic import contiguous_strides, fold_div_mod, index_var, product, upper_bound, value_range
+from .symbolic import column_of, contiguous_strides, extent_bounds, fold_div_mod, index_var, product
 
 FLOAT_PRODUCTS = ("float32", "float16", "bfloat16")
 
@@ -180,7 +180,7 @@ def _in_product_layout(p: PointwiseKernel, m: MatmulKernel, ranges) -> tuple[sca
     if len({load.index for load in own}) != 1 or own[0].indirect:
         return None
     offset = fold_div_mod(own[0].index)
-    column = _column_of(offset, m.n, p.shape, ranges)
+    column = column_of(offset, m.n, extent_bounds({index_var("i", d): e for d, e in enumerate(p.shape)}, ranges))
     if column is None:
         return None
     _, _, e2 = epilogue_vars()
@@ -196,31 +196,6 @@ def _in_product_layout(p: PointwiseKernel, m: MatmulKernel, ranges) -> tuple[sca
         elif load.index.free_symbols & _index_vars(p.shape):
             return None  # varies with P's element other than along the product's column
     return scalar.substitute(p.value, {}, replaced), own[0].index
-
-
-def _column_of(offset: sympy.Expr, n: sympy.Expr, shape, ranges) -> sympy.Expr | None:
-    """The column part of an offset into a contiguous [rows, n] product, when it is a sum of terms that are
-    multiples of n (the row) and terms proved to stay within 0..n-1 together (the column)."""
-    column = []
-    for term in sympy.Add.make_args(sympy.expand(offset)):
-        quotient = sympy.cancel(term / n)
-        if quotient.is_integer:
-            continue  # n times an integer: part of the row
-        if term.is_Integer and n.is_Integer:
-            column.append(term % n)  # a constant splits into whole rows and a column
-        else:
-            column.append(term)
-    column = sympy.expand(sympy.Add(*column))
-    bounds = dict(ranges)
-    for d, size in enumerate(shape):
-        bounds[index_var("i", d)] = (0, upper_bound(size, ranges) - 1)
-    try:
-        span = value_range(column, bounds)
-    except Exception:  # noqa: BLE001 - an expression bound_sympy cannot bound is not fused
-        return None
-    if not (span.lower.is_Integer and span.upper.is_Integer and n.is_Integer):
-        return None
-    return column if 0 <= int(span.lower) and int(span.upper) < int(n) else None
 
 
 def _index_vars(shape) -> set[sympy.Symbol]:
