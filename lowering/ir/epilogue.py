@@ -48,6 +48,11 @@ def fuse_epilogues(program: Program) -> Program:
     return replace(program, steps=tuple(steps), buffers=buffers)
 
 
+def has_epilogue_reader(program: Program, t: int) -> bool:
+    """Whether step t is a product whose reader fuse_epilogues would fold into it."""
+    return _fuse_one(list(program.steps), t, program) is not None
+
+
 def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel] | None:
     m = steps[t]
     if not isinstance(m, MatmulKernel) or m.epilogue is not None or m.dtype not in FLOAT_PRODUCTS:

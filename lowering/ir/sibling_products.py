@@ -12,8 +12,10 @@ column block i of Y, and every read of Xi is rewritten to read Y: an offset row 
 proved within 0..ni-1 over the reader's index extents, symbolic.column_of) becomes row * N + (start of
 block i) + column. A reader whose offsets cannot be proved so keeps the products apart.
 
-Products that a reader adds a weight to by column (a bias) are left apart: ir/epilogue.py fuses each bias
-into its own product, which merging would lose (the biases would have to be concatenated too; not built).
+Products that ir/epilogue.py would give an epilogue are left apart, since merged their readers would be
+kernels again: a reader that adds a weight by column (a bias; the biases would have to be concatenated too,
+not built), or one that reads a product at its own element (Llama's up projection, whose epilogue multiplies
+it by the activated gate: merged with the gate, the two would need a pointwise kernel over both).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .kernels import (
     epilogue_vars,
     operand_vars,
 )
+from .epilogue import has_epilogue_reader
 from .scalar import Load
 from .symbolic import column_of, extent_bounds, index_var
 
@@ -83,6 +86,8 @@ def _mergeable(program: Program, step: Kernel) -> bool:
 
 
 def _merged(program: Program, t: int, group: list[int], ranges) -> Program | None:
+    if any(has_epilogue_reader(program, u) for u in group):
+        return None  # its reader fuses into it as an epilogue: merged, that reader would be a kernel again
     products = [program.steps[u] for u in group]
     weights = [p.b.buffer for p in products]
     outputs = [p.output for p in products]

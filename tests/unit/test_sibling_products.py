@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 
 class Projections(nn.Module):
     """Three bias-free projections of one input, of different widths (Llama's q, k, v with grouped kv), each
-    read permuted and one through a slice, then combined."""
+    read transposed, q also through two slices: no reader reads a product at its own element, so none of them
+    would take an epilogue."""
 
     def __init__(self, tied: bool = False, bias: bool = False):
         super().__init__()
@@ -38,8 +39,10 @@ class Projections(nn.Module):
     def forward(self, x):
         q, k, v = self.q(x), self.k(x), self.v(x)
         mixed = q[..., :16].transpose(0, 1) * torch.sigmoid(k).transpose(0, 1) + v.transpose(0, 1)
-        y = mixed.transpose(0, 1)
-        return self.out(torch.cat([y, y], -1)) if self.tied else y * q[..., 16:]
+        if self.tied:
+            y = mixed.transpose(0, 1)
+            return self.out(torch.cat([y, y], -1))
+        return mixed * q[..., 16:].transpose(0, 1)
 
 
 def lowered(model: nn.Module, x: torch.Tensor):
@@ -79,6 +82,23 @@ def test_a_weight_that_another_product_reads_stays_apart_and_its_siblings_merge(
 def test_products_whose_readers_add_biases_stay_apart():
     torch.manual_seed(0)
     program = lowered(Projections(bias=True), torch.randn(5, 32))
+    assert merge_sibling_products(program).steps == program.steps
+
+
+class GatedMlp(nn.Module):
+    """Llama's MLP: the up projection's reader multiplies it by the activated gate at its own element."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up = nn.Linear(32, 64, bias=False), nn.Linear(32, 64, bias=False)
+
+    def forward(self, x):
+        return nn.functional.silu(self.gate(x)) * self.up(x)
+
+
+def test_products_of_which_one_takes_its_reader_as_an_epilogue_stay_apart():
+    torch.manual_seed(0)
+    program = lowered(GatedMlp(), torch.randn(5, 32))
     assert merge_sibling_products(program).steps == program.steps
 
 
