@@ -64,7 +64,6 @@ class TritonKernel(RenderedKernel):
     num_stages: int
     symbols: tuple[int, ...]  # indices of the program symbols passed after the buffers, in order
     errors: tuple[str, ...]  # messages of the error-flag values 1, 2, ...; empty: no flag parameter
-    pdl: bool = False  # begins with griddepcontrol.wait: may be launched with programmatic dependent launch
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -78,10 +77,9 @@ class TritonRenderer(KernelRenderer):
     language = "triton"
     language_name = "Triton"
 
-    def __init__(self, program: Program, arch: int | None = None, pdl: bool = False) -> None:
+    def __init__(self, program: Program, arch: int | None = None) -> None:
         super().__init__(program)
         self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
-        self.pdl = pdl  # every kernel waits for the previous one itself (see `finish`)
 
     def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
         """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows."""
@@ -107,15 +105,13 @@ class TritonRenderer(KernelRenderer):
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """Named after its source and launch options; the launch data of its step is the grid."""
         meta = data["meta"]
-        if self.pdl:
-            body = _with_grid_dependency_control(body)
         key = body + repr(sorted(meta["constexprs"].items())) + f"w{meta['num_warps']}s{meta['num_stages']}"
         name = "t_" + hashlib.sha256(key.encode()).hexdigest()[:16]
         rendered = TritonKernel(
             name=name, family=kernel.family, source=body.replace("KERNEL_NAME", name),
             signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
-            errors=tuple(meta["errors"]), pdl=self.pdl)
+            errors=tuple(meta["errors"]))
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
@@ -423,27 +419,7 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
     raise UnsupportedError(f"reduction {op} has no Triton form")
 
 
-# Programmatic dependent launch (sm_90+): a kernel launched with it may start while the previous kernel's last
-# programs still run, so that the gap between two kernels in a CUDA graph (about 1 us on an H200, against
-# kernels of 2-5 us at short sequences) overlaps the previous kernel's tail. Each kernel therefore first waits
-# for the previous one to finish and its memory to be visible (gdc_wait), then lets the next one start its
-# programs (gdc_launch_dependents: they wait in turn, so the order of every read and write is as without it).
-# Both are no-ops when a kernel is launched without it; ptxas refuses them before sm_90, so a package for an
-# older architecture too has none (one source is compiled for every architecture of the package).
-PDL_MIN_ARCH = 90
-
-
-def _with_grid_dependency_control(body: str) -> str:
-    lines = body.split("\n")
-    at = next(i for i, line in enumerate(lines) if line.startswith("def ")) + 1
-    indent = "    "
-    return "\n".join([*lines[:at], f"{indent}tl.extra.cuda.gdc_wait()", f"{indent}tl.extra.cuda.gdc_launch_dependents()",
-                      *lines[at:]])
-
-
 def render_triton_library(program: Program, archs: tuple[int, ...] = ()) -> RenderedLibrary:
     """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
-    chosen for the newest of `archs` (one source is compiled for them all); with no architecture (Triton's
-    interpreter) no kernel uses programmatic dependent launch."""
-    pdl = bool(archs) and min(archs) >= PDL_MIN_ARCH
-    return render_library(TritonRenderer(program, max(archs) if archs else None, pdl))
+    chosen for the newest of `archs` (one source is compiled for them all)."""
+    return render_library(TritonRenderer(program, max(archs) if archs else None))

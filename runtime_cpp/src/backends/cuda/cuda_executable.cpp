@@ -1,7 +1,6 @@
 #include "cuda_executable.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "cuda_weight_upload.hpp"
@@ -26,16 +25,6 @@ std::string archs_string(const std::vector<int64_t>& archs) {
 }
 
 std::string driver_string(int version) { return str_cat(version / 1000, ".", version % 1000 / 10); }
-
-// AOTPACK_CUDA_PDL=0 launches every kernel with cuLaunchKernel (no programmatic dependent launch): for
-// measuring what it gains, and as a way around a driver that mishandles it. Read once per process.
-bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("AOTPACK_CUDA_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return enabled;
-}
 
 }  // namespace
 
@@ -165,11 +154,6 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
                                     str_cat("cuFuncSetAttribute(", kname, ", shared memory)").c_str()));
     f.threads = static_cast<unsigned int>(warps * 32);
     f.shared = static_cast<unsigned int>(shared);
-    // "pdl" (optional, false when absent: packages before it): the kernel begins with griddepcontrol.wait.
-    if (const json::Value* pdl = k.find("pdl")) {
-      if (!pdl->is_bool()) return r.error(JsonReader::join(path, "pdl"), "expected true or false");
-      f.programmatic = pdl->as_bool() && cc >= 90 && d->cuLaunchKernelEx != nullptr && pdl_enabled();
-    }
     found[ki] = 1;
   }
   for (size_t i = 0; i < found.size(); ++i) {
