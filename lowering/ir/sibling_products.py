@@ -12,10 +12,12 @@ column block i of Y, and every read of Xi is rewritten to read Y: an offset row 
 proved within 0..ni-1 over the reader's index extents, symbolic.column_of) becomes row * N + (start of
 block i) + column. A reader whose offsets cannot be proved so keeps the products apart.
 
-Products that ir/epilogue.py would give an epilogue are left apart, since merged their readers would be
-kernels again: a reader that adds a weight by column (a bias; the biases would have to be concatenated too,
-not built), or one that reads a product at its own element (Llama's up projection, whose epilogue multiplies
-it by the activated gate: merged with the gate, the two would need a pointwise kernel over both).
+Biases go the same way: when each product's readers add a bias by column (BERT's q, k and v, each added
+while permuting to heads), the biases are concatenated too, each reader reads its block of them, and
+ir/epilogue.py then adds the one merged bias in the merged product's epilogue. Products that would take an
+epilogue of their own are left apart, since merged their readers would be kernels again: Llama's up
+projection, whose epilogue multiplies it by the activated gate (merged with the gate, the two would need a
+pointwise kernel over both), or products of which only some have a bias.
 """
 
 from __future__ import annotations
@@ -105,16 +107,20 @@ def _merged(program: Program, t: int, group: list[int], ranges) -> Program | Non
     starts = dict(zip(outputs, [sum(int(p.n) for p in products[:i]) for i in range(len(products))]))
     widths = {p.output: int(p.n) for p in products}
     merged_name = outputs[0]
+    later = program.steps[group[-1] + 1:]
+    biases = _biases(program, later, outputs, widths, ranges)
+    if biases is None:
+        return None
     rewritten = []
-    for step in program.steps[group[-1] + 1:]:
+    for step in later:
         new = step
         for x in outputs:
             if x in new.reads():
-                if _adds_a_column_weight(new, x, widths[x], program, ranges):
-                    return None
                 new = _reread(new, x, widths[x], merged_name, starts[x], n_total, ranges)
                 if new is None:
                     return None
+                if biases:
+                    new = _moved_loads(new, biases[x], biases[outputs[0]] + ".siblings", starts[x])
         rewritten.append(new)
     k = int(products[0].k)
     # Each weight as the dense [k, n] b it is read as, side by side; stored k-contiguous (the layout of
@@ -141,8 +147,73 @@ def _merged(program: Program, t: int, group: list[int], ranges) -> Program | Non
     new_weights = {name: w for name, w in program.weights.items()
                    if name not in {program.buffers[w].source for w in weights}}
     new_weights[source] = tensor
+    if biases:
+        buffers, new_weights = _concatenated_biases(program, buffers, new_weights, [biases[x] for x in outputs])
     steps = [*program.steps[:group[0]], product, *rewritten]
     return replace(program, steps=tuple(steps), buffers=buffers, weights=new_weights)
+
+
+def _biases(program: Program, later: list[Kernel], outputs: list[str], widths: dict[str, int],
+            ranges) -> dict[str, str] | None:
+    """Each product's bias, when its readers add one: {} when none does; None when they cannot be concatenated
+    beside one another as the weights are (each a 1-D weight of its product's width, read by those readers only,
+    one per product, all or none of the products having one)."""
+    found: dict[str, set[str]] = {x: set() for x in outputs}
+    for step in later:
+        for x in outputs:
+            if x in step.reads():
+                found[x] |= _column_weights(step, x, widths[x], program, ranges)
+    if not any(found.values()):
+        return {}
+    if any(len(b) != 1 for b in found.values()):
+        return None
+    biases = {x: next(iter(b)) for x, b in found.items()}
+    names = list(biases.values())
+    if len(set(names)) != len(names) or len({program.buffers[b].dtype for b in names}) != 1:
+        return None
+    for x, b in biases.items():
+        shape = program.buffers[b].shape
+        if len(shape) != 1 or shape[0] != widths[x]:
+            return None
+    if any(set(step.reads()) & set(names) and not set(step.reads()) & set(outputs) for step in program.steps):
+        return None  # a bias read by a step that reads no product: it would be stored twice
+    return biases
+
+
+def _column_weights(kernel: Kernel, x: str, width: int, program: Program, ranges) -> set[str]:
+    """The weights a pointwise reader of x reads at x's column (the biases ir/epilogue.py would fuse)."""
+    if not isinstance(kernel, PointwiseKernel):
+        return set()
+    bounds = extent_bounds({index_var("i", d): e for d, e in enumerate(kernel.shape)}, ranges)
+    loads = scalar.loads(kernel.value)
+    columns = {column_of(load.index, width, bounds) for load in loads if load.buffer == x}
+    return {load.buffer for load in loads if load.buffer != x and program.buffers[load.buffer].kind == "weight"
+            and any(c is not None and not (load.index - c).free_symbols for c in columns)}
+
+
+def _moved_loads(kernel: Kernel, old: str, new: str, start: int) -> Kernel:
+    """A pointwise reader loading `old`[h] as `new`[start + h] (old is `new`'s block at `start`)."""
+    if not isinstance(kernel, PointwiseKernel):
+        return kernel
+    moved = {load: Load(new, sympy.expand(load.index + start), load.dtype)
+             for load in scalar.loads(kernel.value) if load.buffer == old and not load.indirect}
+    return replace(kernel, value=scalar.substitute(kernel.value, {}, moved)) if moved else kernel
+
+
+def _concatenated_biases(program: Program, buffers: dict, weights: dict, biases: list[str]) -> tuple[dict, dict]:
+    """The biases as one weight, in the products' order, in the first one's place."""
+    sources = [program.buffers[b].source for b in biases]
+    tensor = torch.cat([program.weights[s].reshape(-1) for s in sources]).contiguous()
+    name, source = biases[0] + ".siblings", "+".join(sources)
+    out = {}
+    for key, buf in buffers.items():
+        if key in biases[1:]:
+            continue
+        out[name if key == biases[0] else key] = (
+            Buffer(name, buf.dtype, (sympy.Integer(tensor.numel()),), "weight", source) if key == biases[0] else buf)
+    weights = {k: w for k, w in weights.items() if k not in sources}
+    weights[source] = tensor
+    return out, weights
 
 
 def _variables(kernel: Kernel) -> list[tuple[object, dict[sympy.Symbol, sympy.Expr]]]:
@@ -166,19 +237,6 @@ def _variables(kernel: Kernel) -> list[tuple[object, dict[sympy.Symbol, sympy.Ex
                 ("k", (kernel.batch, kernel.kv_heads, kernel.kv_len, kernel.head_dim)),
                 ("v", (kernel.batch, kernel.kv_heads, kernel.kv_len, kernel.value_dim))]
     return []
-
-
-def _adds_a_column_weight(kernel: Kernel, x: str, width: int, program: Program, ranges) -> bool:
-    """Whether a pointwise reader of x adds a weight indexed by x's column (a bias ir/epilogue.py would fuse)."""
-    if not isinstance(kernel, PointwiseKernel):
-        return False
-    bounds = extent_bounds({index_var("i", d): e for d, e in enumerate(kernel.shape)}, ranges)
-    loads = scalar.loads(kernel.value)
-    own = [load for load in loads if load.buffer == x]
-    columns = {column_of(load.index, width, bounds) for load in own}
-    return any(program.buffers[load.buffer].kind == "weight" and
-               any(c is not None and not (load.index - c).free_symbols for c in columns)
-               for load in loads if load.buffer != x)
 
 
 def _moved(index: sympy.Expr, width: int, start: int, total: int, bounds) -> sympy.Expr | None:
