@@ -2,7 +2,8 @@
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
-                     repeat an earlier one and ir/epilogue.py fuses each matrix product's elementwise
+                     repeat an earlier one, ir/row_fusion.py fuses row reductions and their pointwise
+                     consumer into row kernels, and ir/epilogue.py fuses each matrix product's elementwise
                      consumer into it)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
@@ -35,6 +36,7 @@ from .ir.dedupe import dedupe_kernels
 from .ir.epilogue import fuse_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
+from .ir.row_fusion import fuse_rows
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
 from .targets import Targets
@@ -64,13 +66,13 @@ class Stage:
 
 
 def lower(captured: CapturedProgram) -> Program:
-    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped and matrix-product
-    epilogues fused (scripts and tests that look at the kernels an export makes call this)."""
+    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, row reductions fused
+    with their consumers and matrix-product epilogues fused (scripts and tests that look at the kernels an export makes call this)."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    return fuse_epilogues(dedupe_kernels(program))
+    return fuse_epilogues(fuse_rows(dedupe_kernels(program)))
 
 
 def _lower(state: Compilation) -> Compilation:
