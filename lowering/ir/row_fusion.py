@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import replace
 
 import sympy
+from torch.utils._sympy import functions as tf
 
 from . import scalar
 from .kernels import Kernel, PointwiseKernel, Program, ReductionKernel, RowKernel, RowReduction, row_result
@@ -113,6 +114,7 @@ def _fuse_at(steps: list[Kernel], p: int, program: Program, outputs: set[str],
                                steps[t].acc_dtype, steps[t].out_dtype) for t in members)
     value = scalar.map_indices(scalar.substitute(consumer.value, {}, results), fold_div_mod)
     value = scalar.substitute(value, _row_indices(consumer.shape, split, rows, reduced))
+    value = scalar.map_indices(value, lambda e: _unwrapped(e, dict(zip(_vars("i", rows), rows))))
     return members, RowKernel(consumer.output, rows, reduced, parts, value)
 
 
@@ -133,6 +135,31 @@ def _fits(steps: list[Kernel], t: int, p: int, group: set[int], split: int) -> b
         return False
     reads = set(r.reads())
     return not any(steps[s].output in reads for s in range(t + 1, p) if s not in group)
+
+
+def _vars(prefix: str, shape: tuple[sympy.Expr, ...]) -> list[sympy.Symbol]:
+    return [index_var(prefix, d) for d in range(len(shape))]
+
+
+def _unwrapped(expr: sympy.Expr, sizes: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """`expr` with each wrap of a row index by its own dimension's size dropped (v mod size is v, v // size
+    is 0, for 0 <= v < size): what re-spelling the consumer's row as the row kernel's leaves, e.g. a
+    position (i0 mod seq) of a (batch*seq) row is i1 of rows (batch, seq)."""
+    def same(v: sympy.Expr, size: sympy.Expr) -> bool:
+        return v in sizes and sympy.expand(size - sizes[v]) == 0
+
+    changes = {}
+    for atom in expr.atoms(sympy.Mod, tf.Mod, tf.PythonMod, tf.ModularIndexing, tf.FloorDiv):
+        if isinstance(atom, tf.ModularIndexing):
+            x, div, mod = atom.args
+            if div == 1 and same(x, mod):
+                changes[atom] = x
+        elif isinstance(atom, tf.FloorDiv):
+            if same(*atom.args):
+                changes[atom] = sympy.Integer(0)
+        elif same(*atom.args):
+            changes[atom] = atom.args[0]
+    return sympy.expand(expr.xreplace(changes)) if changes else expr
 
 
 def _same(a: tuple[sympy.Expr, ...], b: tuple[sympy.Expr, ...]) -> bool:
