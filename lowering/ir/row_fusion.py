@@ -48,18 +48,20 @@ def fuse_rows(program: Program) -> Program:
     buffers = dict(program.buffers)
     ranges = {s.expr: (s.min, s.max) for s in program.symbols}
     outputs = set(program.outputs)
-    p = 0
-    while p < len(steps):
+    # Consumers from the last step back: the last pointwise pass of a chain (softmax's division, after the
+    # exponentials that the sum reads) gathers the whole chain, where the first would take only its head.
+    p = len(steps) - 1
+    while p >= 0:
         fused = _fuse_at(steps, p, program, outputs, ranges)
         if fused is None:
-            p += 1
+            p -= 1
             continue
         members, kernel = fused
         steps[p] = kernel
         for t in sorted(members, reverse=True):
             del buffers[steps[t].output]
             del steps[t]
-        p += 1 - len(members)
+        p -= len(members) + 1
     return replace(program, steps=tuple(steps), buffers=buffers)
 
 
@@ -70,26 +72,44 @@ def _fuse_at(steps: list[Kernel], p: int, program: Program, outputs: set[str],
         return None
     writers = Counter(s.output for s in steps)
     last_writer = {s.output: t for t, s in enumerate(steps[:p])}
-    direct = [last_writer[b] for b in consumer.reads() if b in last_writer]
-    reductions = [t for t in direct if isinstance(steps[t], ReductionKernel)]
+    reductions = _reductions_behind(steps, consumer, last_writer)
     if not reductions:
         return None
     first = steps[max(reductions)]
     rows, reduced = first.shape, first.reduced
     if upper_bound(product(reduced), ranges) > ROW_CAP:
         return None
-    split = _split(consumer.shape, rows, reduced)
-    if split is None:
+    # every part's expression over the row kernel's indices (i over rows, r over a row), offsets folded
+    normal: dict[int, scalar.Node] = {}
+
+    def normalised(t: int) -> scalar.Node | None:
+        if t not in normal:
+            step = steps[t]
+            if isinstance(step, ReductionKernel):
+                normal[t] = scalar.map_indices(step.value, fold_div_mod)
+            else:
+                split = _split(step.shape, rows, reduced)
+                if split is None:
+                    return None
+                value = scalar.map_indices(step.value, fold_div_mod)
+                value = scalar.substitute(value, _row_indices(step.shape, split, rows, reduced))
+                normal[t] = scalar.map_indices(value, lambda e: _unwrapped(e, dict(zip(_vars("i", rows), rows))))
+        return normal[t]
+
+    if normalised(p) is None:
         return None
 
     def candidate(t: int) -> bool:
         r = steps[t]
-        return (isinstance(r, ReductionKernel) and r.op in FUSED_OPS and _same(r.shape, rows)
-                and _same(r.reduced, reduced) and program.buffers[r.output].kind == "arena"
-                and r.output not in outputs and writers[r.output] == 1)
+        if program.buffers[r.output].kind != "arena" or r.output in outputs or writers[r.output] != 1:
+            return False
+        if isinstance(r, ReductionKernel):
+            same_rows = r.op in FUSED_OPS and _same(r.shape, rows) and _same(r.reduced, reduced)
+            return same_rows and normalised(t) is not None
+        return isinstance(r, PointwiseKernel) and normalised(t) is not None
 
-    group = set()  # the candidates: the reductions P reads and, transitively, those they read
-    todo = [t for t in reductions if candidate(t)]
+    group = set()  # the candidates: the parts P reads and, transitively, the parts they read
+    todo = [last_writer[b] for b in consumer.reads() if b in last_writer and candidate(last_writer[b])]
     while todo:
         t = todo.pop()
         if t in group:
@@ -100,40 +120,65 @@ def _fuse_at(steps: list[Kernel], p: int, program: Program, outputs: set[str],
     while changed:
         changed = False
         for t in sorted(group):
-            if not _fits(steps, t, p, group, split):
+            if not _fits(steps, t, p, group, normal, rows, reduced):
                 group.discard(t)
                 changed = True
-    if not group:
+    if not any(isinstance(steps[t], ReductionKernel) for t in group):
         return None
     members = sorted(group)
-    names = {steps[t].output: program.buffers[steps[t].output].dtype for t in members}
-    results = {load: row_result(load.buffer, names[load.buffer])
-               for node in (consumer.value, *(steps[t].value for t in members))
-               for load in scalar.loads(node) if load.buffer in names}
-    parts = tuple(RowReduction(steps[t].output, scalar.substitute(steps[t].value, {}, results), steps[t].op,
-                               steps[t].acc_dtype, steps[t].out_dtype) for t in members)
-    value = scalar.map_indices(scalar.substitute(consumer.value, {}, results), fold_div_mod)
-    value = scalar.substitute(value, _row_indices(consumer.shape, split, rows, reduced))
-    value = scalar.map_indices(value, lambda e: _unwrapped(e, dict(zip(_vars("i", rows), rows))))
-    return members, RowKernel(consumer.output, rows, reduced, parts, value)
+    # each member's loads stand for: a reduction's result at the row, or a pointwise part's value (inlined,
+    # rounded to its stored dtype as the unfused program stored it)
+    stand_ins: dict[scalar.Load, scalar.Node] = {}
+    parts = []
+    for t in members:
+        step = steps[t]
+        value = scalar.substitute(normal[t], {}, stand_ins)
+        dtype = program.buffers[step.output].dtype
+        if isinstance(step, ReductionKernel):
+            parts.append(RowReduction(step.output, value, step.op, step.acc_dtype, step.out_dtype))
+            stand = row_result(step.output, dtype)
+        else:
+            stand = scalar.cast(value, dtype)
+        for node in (normal[u] for u in (*members, p)):
+            stand_ins.update({load: stand for load in scalar.loads(node) if load.buffer == step.output})
+    value = scalar.substitute(normal[p], {}, stand_ins)
+    return members, RowKernel(consumer.output, rows, reduced, tuple(parts), value)
 
 
-def _fits(steps: list[Kernel], t: int, p: int, group: set[int], split: int) -> bool:
-    """Whether reduction t can move into the row kernel at p with the rest of `group`."""
-    r = steps[t]
-    consumer = steps[p]
-    readers = [u for u in range(t + 1, len(steps)) if r.output in steps[u].reads()]
+def _reductions_behind(steps: list[Kernel], consumer: PointwiseKernel, last_writer: dict[str, int]) -> list[int]:
+    """The reductions the consumer reads, directly or through pointwise steps (a cast after RMS norm)."""
+    found, seen = [], set()
+    todo = [last_writer[b] for b in consumer.reads() if b in last_writer]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if isinstance(steps[t], ReductionKernel):
+            found.append(t)
+        elif isinstance(steps[t], PointwiseKernel):
+            todo += [last_writer[b] for b in steps[t].reads() if b in last_writer and last_writer[b] < t]
+    return found
+
+
+def _fits(steps: list[Kernel], t: int, p: int, group: set[int], normal: dict[int, scalar.Node],
+          rows: tuple[sympy.Expr, ...], reduced: tuple[sympy.Expr, ...]) -> bool:
+    """Whether part t (a reduction or a pointwise producer) can move into the row kernel at p with the rest of
+    `group`: read only inside it, each time at the reader's own row (a reduction) or element (a pointwise
+    part), and nothing it reads written between t and p."""
+    step = steps[t]
+    readers = [u for u in range(t + 1, len(steps)) if step.output in steps[u].reads()]
     if any(u != p and u not in group for u in readers):
         return False  # another step reads the stored result
-    own_row = {p: flat_offset("i", consumer.shape[:split])}
-    own_row.update({u: flat_offset("i", r.shape) for u in group})
+    row = flat_offset("i", rows)
+    own = row if isinstance(step, ReductionKernel) else sympy.expand(row * product(reduced) + flat_offset("r", reduced))
     for u in readers:
-        for load in scalar.loads(steps[u].value):
-            if load.buffer == r.output and (load.indirect or sympy.expand(fold_div_mod(load.index) - own_row[u]) != 0):
+        for load in scalar.loads(normal[u]):
+            if load.buffer == step.output and (load.indirect or sympy.expand(load.index - own) != 0):
                 return False
-    if consumer.output in r.reads():
+    if steps[p].output in step.reads():
         return False
-    reads = set(r.reads())
+    reads = set(step.reads())
     return not any(steps[s].output in reads for s in range(t + 1, p) if s not in group)
 
 
