@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from aotpack.lowering.ir.kernels import (
 from aotpack.lowering.ir.row_fusion import ROW_CAP, fuse_rows
 from aotpack.lowering.ir.scalar import Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
+from aotpack.lowering.ir.verify import IRError, verify_program
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -193,3 +195,13 @@ def test_fused_and_unfused_programs_agree_bit_for_bit_in_the_triton_interpreter(
     for case, (equal, err, errors) in report.items():
         assert equal, f"{case}: fused and unfused differ"
         assert err < 1e-2 and not errors, f"{case}: {err} from eager, errors {errors}"
+
+
+def test_the_verifier_refuses_a_part_reading_a_result_not_yet_computed():
+    (row,) = fuse_rows(lowered(ResidualLayerNorm())).steps
+    mean, var = row.reductions
+    swapped = replace(row, reductions=(var, mean))  # the variance would read the mean before it exists
+    program = fuse_rows(lowered(ResidualLayerNorm()))
+    verify_program(program, "test")
+    with pytest.raises(IRError, match=r"step 0 \(row\) part 0 reads @row:"):
+        verify_program(replace(program, steps=(swapped,)), "test")

@@ -1,4 +1,4 @@
-"""Layer norm of a residual sum, a softmax outside attention and an RMS norm over rows of 50 (not a multiple of
+"""Layer norm of a residual sum, a softmax outside attention, an RMS norm, a min and an any over rows of 50 (not a multiple of
 the C++ kernels' 8 lanes, nor a power of two: the tails and masks run), for tests/e2e/test_row_kernels.py."""
 
 import torch
@@ -17,7 +17,10 @@ class Norms(nn.Module):
         scores = self.proj(h).softmax(-1)
         g = h.float()
         rms = (g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight).to(h.dtype)
-        return scores, rms, h.sum(-1)  # the last: a reduction that is an output, never fused
+        # in h's dtype: verification judges a float32 output of bfloat16 values at float32's tolerance
+        shifted = (g - g.amin(-1, keepdim=True)).to(h.dtype)
+        flagged = torch.where((g > 1.5).any(-1, keepdim=True), g, -g).to(h.dtype)
+        return scores, rms, shifted, flagged, h.sum(-1)  # the last: a reduction that is an output, never fused
 
 
 def model() -> nn.Module:
