@@ -41,6 +41,10 @@ from .symbolic import fold_div_mod, flat_offset, index_var, product, unflatten, 
 
 ROW_CAP = 16384
 FUSED_OPS = ("sum", "prod", "max", "min", "any", "all")  # argmax/argmin carry an index: left as they are
+# A pointwise part read by several parts is inlined into each; the C++ kernel recomputes it in each pass over
+# the row (Triton computes it once: one body for all parts). Up to this many nodes (the frontend's bound for
+# recomputed broadcasts, frontend/graph.py) recomputing costs less than the launch and the round trip saved.
+SHARED_PART_MAX_NODES = 48
 
 
 def fuse_rows(program: Program) -> Program:
@@ -106,7 +110,10 @@ def _fuse_at(steps: list[Kernel], p: int, program: Program, outputs: set[str],
         if isinstance(r, ReductionKernel):
             same_rows = r.op in FUSED_OPS and _same(r.shape, rows) and _same(r.reduced, reduced)
             return same_rows and normalised(t) is not None
-        return isinstance(r, PointwiseKernel) and normalised(t) is not None
+        if not isinstance(r, PointwiseKernel) or normalised(t) is None:
+            return False
+        readers = sum(r.output in s.reads() for s in steps)
+        return readers == 1 or scalar.size_of(r.value) <= SHARED_PART_MAX_NODES
 
     group = set()  # the candidates: the parts P reads and, transitively, the parts they read
     todo = [last_writer[b] for b in consumer.reads() if b in last_writer and candidate(last_writer[b])]
