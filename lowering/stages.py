@@ -2,9 +2,9 @@
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
-                     repeat an earlier one, ir/row_fusion.py fuses row reductions and their pointwise
-                     consumer into row kernels, and ir/epilogue.py fuses each matrix product's elementwise
-                     consumer into it)
+                     repeat an earlier one, ir/epilogue.py fuses each matrix product's elementwise
+                     consumer into it, and ir/row_fusion.py fuses row reductions and their pointwise
+                     consumer into row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -66,13 +66,15 @@ class Stage:
 
 
 def lower(captured: CapturedProgram) -> Program:
-    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, row reductions fused
-    with their consumers and matrix-product epilogues fused (scripts and tests that look at the kernels an export makes call this)."""
+    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, matrix-product epilogues
+    fused, then row reductions fused with their consumers (scripts and tests that look at the kernels an
+    export makes call this). Row fusion runs last: the passes before it need not know row kernels, and it
+    sees the consumers they leave."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    return fuse_epilogues(fuse_rows(dedupe_kernels(program)))
+    return fuse_rows(fuse_epilogues(dedupe_kernels(program)))
 
 
 def _lower(state: Compilation) -> Compilation:
