@@ -41,3 +41,18 @@ def test_row_kernels_compute_what_the_unfused_program_did(dtype, runtime_build, 
         inputs = [to_numpy((torch.randn(n, 50, generator=gen) * 3).to(dtype)) for _ in range(2)]
         for a, b in zip(fused_session.run(inputs), plain_session.run(inputs)):
             assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), f"n={n}: fused and unfused differ"
+
+
+def test_an_index_checked_inside_a_row_kernel_is_reported(runtime_build, rt, tmp_path):
+    spec = load_model_file(MODEL.parent / "embed_norm.py")
+    assert families(spec) == ["row"]  # the gather, its check, the mean, the variance and the normalising pass
+    exported = export_spec(spec, tmp_path / "embed_norm.aotpack")
+    assert exported.manifest["verification"]["passed"]
+    session = rt.Model(exported.path).session()
+    ids = np.array([3, 1, 4, 1, 5], dtype=np.int64)
+    (out,) = session.run([ids])
+    with torch.no_grad():
+        expected = spec.model(torch.from_numpy(ids)).numpy()
+    assert np.abs(out - expected).max() < 1e-5
+    with pytest.raises(rt.AotpackError, match=r"embedding at .*: an index is outside 0\.\.10-1"):
+        session.run([np.array([3, 1, 12, 1, 5], dtype=np.int64)])
