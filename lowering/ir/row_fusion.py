@@ -37,7 +37,7 @@ from torch.utils._sympy import functions as tf
 
 from . import scalar
 from .kernels import Kernel, PointwiseKernel, Program, ReductionKernel, RowKernel, RowReduction, row_result
-from .symbolic import fold_div_mod, flat_offset, index_var, product, unflatten, upper_bound
+from .symbolic import flat_offset, fold_div_mod, index_var, product, unflatten, upper_bound
 
 ROW_CAP = 16384
 FUSED_OPS = ("sum", "prod", "max", "min", "any", "all")  # argmax/argmin carry an index: left as they are

@@ -28,8 +28,9 @@ def families(spec) -> list[str]:
 def test_row_kernels_compute_what_the_unfused_program_did(dtype, runtime_build, rt, tmp_path, monkeypatch):
     spec = with_dtype(load_model_file(MODEL), dtype)
     steps = families(spec)
-    # layer norm, softmax, RMS norm, the min and the any each one row kernel; the output row sum stays a reduction
-    assert steps.count("row") == 5 and steps.count("reduction") == 1, steps
+    # layer norm, softmax, RMS norm, the min, the any and the blocks each one row kernel; the output row sum
+    # stays a reduction
+    assert steps.count("row") == 6 and steps.count("reduction") == 1, steps
     fused = export_spec(spec, tmp_path / "fused.aotpack")
     assert fused.manifest["verification"]["passed"]
     monkeypatch.setattr(stages, "fuse_rows", lambda program: program)

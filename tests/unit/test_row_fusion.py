@@ -23,7 +23,6 @@ from aotpack.lowering.ir.kernels import (
     PointwiseKernel,
     Program,
     ReductionKernel,
-    RowKernel,
     ScatterKernel,
     Symbol,
 )
@@ -76,6 +75,14 @@ class ScoreSoftmax(nn.Module):
         return (x @ y.T).softmax(-1)
 
 
+class BlockCentre(nn.Module):
+    """Reductions over two dimensions (each row a 4 x 4 block): the row kernel's nested loops and masks."""
+
+    def forward(self, x, y):
+        x = x.view(-1, 4, 4)
+        return (x - x.mean((-2, -1), keepdim=True)) * x.amax((-2, -1), keepdim=True) + y.view(-1, 4, 4)
+
+
 class SharedSum(nn.Module):
     """The row sums are read by two consumers, one of which is not over whole rows: they stay stored."""
 
@@ -105,7 +112,8 @@ def families(program: Program) -> list[str]:
 
 
 @pytest.mark.parametrize("model, ops", [(ResidualLayerNorm(), ["sum", "sum"]), (RmsNorm(), ["sum"]),
-                                        (Softmax(), ["max", "sum"]), (ScoreSoftmax(), ["max", "sum"])])
+                                        (Softmax(), ["max", "sum"]), (ScoreSoftmax(), ["max", "sum"]),
+                                        (BlockCentre(), ["sum", "max"])])
 def test_row_reductions_and_their_consumer_become_one_row_kernel(model, ops):
     program = lowered(model)
     fused = fuse_rows(program)
@@ -167,14 +175,15 @@ RUN = r"""
 import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from triton_interp import run_program
-from test_row_fusion import ResidualLayerNorm, RmsNorm, ScoreSoftmax, Softmax, lowered
+from test_row_fusion import BlockCentre, ResidualLayerNorm, RmsNorm, ScoreSoftmax, Softmax, lowered
 from aotpack.lowering.backends.cuda.render import render_triton_library
 from aotpack.lowering.ir.row_fusion import fuse_rows
 torch.manual_seed(0)
 report = {}
 # the interpreter computes bfloat16 wrongly (numpy has none): float16 and float32
 for name, model, dtype in (("layer_norm", ResidualLayerNorm(), torch.float16), ("rms_norm", RmsNorm(), torch.float16),
-                           ("softmax", Softmax(), torch.float32), ("scores", ScoreSoftmax(), torch.float16)):
+                           ("softmax", Softmax(), torch.float32), ("scores", ScoreSoftmax(), torch.float16),
+                           ("blocks", BlockCentre(), torch.float32)):
     model = model.to(dtype)
     program = lowered(model, dtype=dtype)
     fused = fuse_rows(program)
@@ -198,7 +207,7 @@ def test_fused_and_unfused_programs_agree_bit_for_bit_in_the_triton_interpreter(
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(report) == 12, report
+    assert len(report) == 15, report
     for case, (equal, err, errors) in report.items():
         assert equal, f"{case}: fused and unfused differ"
         assert err < 1e-2 and not errors, f"{case}: {err} from eager, errors {errors}"

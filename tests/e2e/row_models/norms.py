@@ -1,5 +1,6 @@
-"""Layer norm of a residual sum, a softmax outside attention, an RMS norm, a min and an any over rows of 50 (not a multiple of
-the C++ kernels' 8 lanes, nor a power of two: the tails and masks run), for tests/e2e/test_row_kernels.py."""
+"""Layer norm of a residual sum, a softmax outside attention, an RMS norm, a min, an any, and a sum and a max
+over 5 x 10 blocks, over rows of 50 (not a multiple of the C++ kernels' 8 lanes, nor a power of two: the tails
+and masks run), for tests/e2e/test_row_kernels.py."""
 
 import torch
 from torch import nn
@@ -20,7 +21,9 @@ class Norms(nn.Module):
         # in h's dtype: verification judges a float32 output of bfloat16 values at float32's tolerance
         shifted = (g - g.amin(-1, keepdim=True)).to(h.dtype)
         flagged = torch.where((g > 1.5).any(-1, keepdim=True), g, -g).to(h.dtype)
-        return scores, rms, shifted, flagged, h.sum(-1)  # the last: a reduction that is an output, never fused
+        blocks = h.view(-1, 5, 10)  # reductions over two dimensions: nested loops, no lanes
+        centred = (blocks - blocks.mean((-2, -1), keepdim=True)) * blocks.amax((-2, -1), keepdim=True)
+        return scores, rms, shifted, flagged, centred, h.sum(-1)  # the last: a reduction that is an output, never fused
 
 
 def model() -> nn.Module:
