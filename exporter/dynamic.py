@@ -66,8 +66,8 @@ def resolve_symbols(spec: ModelSpec, cli_ranges: Mapping[str, tuple[int, int]] |
     ranges = {**spec.dynamic_ranges, **(cli_ranges or {})}
     if not ranges:
         notes = ()
-        if spec.dynamic_axes:
-            unbound = sorted({s for axes in spec.dynamic_axes.values() for s in axes.values()})
+        unbound = sorted({s for axes in spec.dynamic_axes.values() for s in axes.values()})
+        if unbound:  # a model.py may list its inputs with no dynamic axis at all: nothing to say then
             note = (
                 f"static shapes: no range given for {', '.join(unbound)} "
                 f"(make them dynamic with --dynamic {unbound[0]}=MIN..MAX)"

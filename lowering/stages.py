@@ -2,9 +2,10 @@
 
     lower            captured ATen graph -> kernel IR (frontend/: views as index math, elementwise chains
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
-                     repeat an earlier one, ir/epilogue.py fuses each matrix product's elementwise
-                     consumer into it, and ir/row_fusion.py fuses row reductions and their pointwise
-                     consumer into row kernels)
+                     repeat an earlier one, ir/sibling_products.py merges products of one operand,
+                     ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
+                     its readers share, ir/copy_elision.py turns copies into views of what they copy, and
+                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -33,10 +34,12 @@ from .backends import Artifacts, Backend, backends_for
 from .codegen.printer import to_json
 from .frontend.graph import GraphLowering
 from .ir.dedupe import dedupe_kernels
-from .ir.epilogue import fuse_epilogues
+from .ir.copy_elision import elide_copies
+from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
 from .ir.row_fusion import fuse_rows
+from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
 from .targets import Targets
@@ -74,7 +77,8 @@ def lower(captured: CapturedProgram) -> Program:
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    return fuse_rows(fuse_epilogues(dedupe_kernels(program)))
+    program = merge_sibling_products(dedupe_kernels(program))
+    return fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
 
 
 def _lower(state: Compilation) -> Compilation:

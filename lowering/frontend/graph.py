@@ -308,7 +308,9 @@ class GraphLowering:
         expr = value.loader(index)
         value, expr = _folded(value, index, expr)
         size = scalar.size_of(expr)
-        shared = len(node.users) > 1 and size > INLINE_SHARED_MAX_NODES
+        # torch.export's metadata assertions read values without computing anything from them
+        readers = [user for user in node.users if str(user.target) not in _IGNORED]
+        shared = len(readers) > 1 and size > INLINE_SHARED_MAX_NODES
         if shared and size <= EXPANSION_INLINE_MAX_NODES and self._is_expansion(value, expr):
             return value
         if shared or size > INLINE_MAX_NODES:

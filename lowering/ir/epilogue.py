@@ -25,8 +25,9 @@ import sympy
 from torch.utils._sympy import functions as tf
 
 from . import scalar
-from .kernels import MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
-from .symbolic import contiguous_strides, fold_div_mod, index_var, product
+from .kernels import ACC, MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
+from .scalar import Load
+from .symbolic import column_of, contiguous_strides, extent_bounds, fold_div_mod, index_var, product
 
 FLOAT_PRODUCTS = ("float32", "float16", "bfloat16")
 
@@ -45,6 +46,11 @@ def fuse_epilogues(program: Program) -> Program:
         steps[t] = kernel
         del steps[reader]
     return replace(program, steps=tuple(steps), buffers=buffers)
+
+
+def has_epilogue_reader(program: Program, t: int) -> bool:
+    """Whether step t is a product whose reader fuse_epilogues would fold into it."""
+    return _fuse_one(list(program.steps), t, program) is not None
 
 
 def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel] | None:
@@ -110,3 +116,103 @@ def _decompose(shape: tuple[sympy.Expr, ...], flat: sympy.Expr, first: int) -> d
         else:
             out[var] = tf.ModularIndexing(flat, stride, size)
     return out
+
+
+# --- Epilogues the product's readers share -----------------------------------------------------------------
+#
+# A product may have several readers, or one that reads it out of order: GPT-2 computes q, k and v in one
+# product and each of three pointwise kernels reads its third, adds its third of the bias and permutes it to
+# [batch, heads, seq, dim]; BERT adds each projection's bias while permuting. None reads the product at its own
+# element, so fuse_epilogues leaves them. When every reader computes the same function of the product's
+# element and of loads indexed by the element's column (a bias), that function is the product's epilogue, in
+# the product's own layout, and each reader becomes a plain copy of the result, which ir/copy_elision.py
+# then turns into a view of it wherever its readers take views (attention's q, k and v do).
+#
+# The conditions for a product M writing the intermediate X, read by the pointwise steps P1..Pn:
+# - each Pi reads X at one offset and the offset splits into a row and a column of the product:
+#   row * n + col, with col proved within 0..n-1 over the declared ranges;
+# - Pi's other loads read a constant offset, or the column plus a constant (the same bias column);
+# - Pi computes nothing from its index itself (no index values), and all Pi give the same expression once
+#   the product's element is the epilogue's `product_value` and the column is e2;
+# - no step between M and the last Pi writes what that expression reads.
+
+
+def fuse_shared_epilogues(program: Program) -> Program:
+    steps = list(program.steps)
+    buffers = dict(program.buffers)
+    ranges = {s.expr: (s.min, s.max) for s in program.symbols}
+    for t, step in enumerate(steps):
+        fused = _shared_epilogue(steps, t, program, ranges)
+        if fused is None:
+            continue
+        kernel, readers = fused
+        steps[t] = kernel
+        buffers[kernel.output] = replace(buffers[kernel.output], dtype=kernel.epilogue.dtype)
+        for r, copy in readers.items():
+            steps[r] = copy
+    return replace(program, steps=tuple(steps), buffers=buffers)
+
+
+def _shared_epilogue(steps: list, t: int, program: Program, ranges) -> tuple[MatmulKernel, dict] | None:
+    m = steps[t]
+    if not isinstance(m, MatmulKernel) or m.epilogue is not None or m.dtype not in FLOAT_PRODUCTS:
+        return None
+    x = m.output
+    if program.buffers[x].kind != "arena":
+        return None
+    readers = [r for r in range(t + 1, len(steps)) if x in steps[r].reads() or steps[r].output == x]
+    if not readers or any(not isinstance(steps[r], PointwiseKernel) for r in readers):
+        return None
+    forms = [_in_product_layout(steps[r], m, ranges) for r in readers]
+    if any(f is None for f in forms) or len({epilogue for epilogue, _ in forms}) != 1:
+        return None
+    epilogue = forms[0][0]
+    if epilogue == product_value(m.dtype) or epilogue.dtype not in FLOAT_PRODUCTS:
+        return None  # the readers only move the product: nothing to compute in its epilogue
+    reads = {load.buffer for load in scalar.loads(epilogue)} - {ACC}
+    if any(s.output in reads for s in steps[t + 1:readers[-1]]):
+        return None
+    copies = {r: replace(steps[r], value=Load(x, offset, epilogue.dtype)) for r, (_, offset) in zip(readers, forms)}
+    return replace(m, epilogue=epilogue), copies
+
+
+def _in_product_layout(p: PointwiseKernel, m: MatmulKernel, ranges) -> tuple[scalar.Node, sympy.Expr] | None:
+    """(P's value as an epilogue of M, the offset at which P reads M's product) when P computes its element
+    from the product's element and loads at that element's column only."""
+    if any(isinstance(n, scalar.IndexValue) and n.expr.free_symbols & _index_vars(p.shape) for n in _nodes(p.value)):
+        return None
+    own = [load for load in scalar.loads(p.value) if load.buffer == m.output]
+    if len({load.index for load in own}) != 1 or own[0].indirect:
+        return None
+    offset = fold_div_mod(own[0].index)
+    column = column_of(offset, m.n, extent_bounds({index_var("i", d): e for d, e in enumerate(p.shape)}, ranges))
+    if column is None:
+        return None
+    _, _, e2 = epilogue_vars()
+    replaced: dict[Load, scalar.Node] = {load: product_value(m.dtype) for load in own}
+    for load in scalar.loads(p.value):
+        if load.buffer == m.output:
+            continue
+        if load.indirect:
+            return None
+        rest = sympy.expand(fold_div_mod(load.index) - column)
+        if not rest.free_symbols & _index_vars(p.shape):
+            replaced[load] = Load(load.buffer, sympy.expand(e2 + rest), load.dtype)
+        elif load.index.free_symbols & _index_vars(p.shape):
+            return None  # varies with P's element other than along the product's column
+    return scalar.substitute(p.value, {}, replaced), own[0].index
+
+
+def _index_vars(shape) -> set[sympy.Symbol]:
+    return {index_var("i", d) for d in range(len(shape))}
+
+
+def _nodes(node: scalar.Node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, scalar.Op):
+            stack.extend(n.args)
+        elif isinstance(n, Load):
+            stack.extend(i.value for i in n.indirect)

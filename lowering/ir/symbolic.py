@@ -160,3 +160,30 @@ def evaluate(expr: Expr, values: Mapping[sympy.Symbol, int]) -> int:
     if not result.is_Integer:
         raise UnsupportedError(f"the size {expr} does not evaluate to an integer at {dict(values)}")
     return int(result)
+
+
+def column_of(offset: Expr, n: Expr, bounds: Mapping[sympy.Symbol, tuple[int, int]]) -> Expr | None:
+    """The column of an offset into a contiguous [rows, n] buffer (offset = row * n + column), when the offset
+    is a sum of terms that are n times an integer (the row) and terms that are proved to stay within 0..n-1
+    together over `bounds` (the declared ranges and the index variables' extents); None otherwise."""
+    if not sympy.sympify(n).is_Integer:
+        return None
+    column = []
+    for term in sympy.Add.make_args(sympy.expand(offset)):
+        if sympy.cancel(term / n).is_integer:
+            continue  # n times an integer: part of the row
+        column.append(term % n if term.is_Integer else term)  # a constant splits into whole rows and a column
+    column = sympy.expand(sympy.Add(*column))
+    try:
+        span = value_range(column, bounds)
+    except Exception:  # noqa: BLE001 - what bound_sympy cannot bound is not proved
+        return None
+    if not (span.lower.is_Integer and span.upper.is_Integer):
+        return None
+    return column if 0 <= int(span.lower) and int(span.upper) < int(n) else None
+
+
+def extent_bounds(variables: Mapping[sympy.Symbol, Expr],
+                  ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> dict[sympy.Symbol, tuple[int, int]]:
+    """The declared ranges plus each index variable's 0..extent-1 at the extent's largest."""
+    return {**ranges, **{v: (0, upper_bound(extent, ranges) - 1) for v, extent in variables.items()}}
