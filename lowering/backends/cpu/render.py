@@ -40,7 +40,7 @@ from ...ir.kernels import (
     row_result,
     split_gather,
 )
-from ...ir.symbolic import contiguous_strides, index_var
+from ...ir.symbolic import contiguous_strides, flat_offset, index_var
 from .spelling import (
     COMPUTE_CTYPE,
     STORAGE_CTYPE,
@@ -162,7 +162,7 @@ class CppRenderer(KernelRenderer):
         loops = [{"var": f"i{d}", "size": index(s), "stride": index(st)}
                  for d, (s, st) in enumerate(zip(k.rows, strides))]
         rloops = [{"var": f"r{d}", "size": index(s)} for d, s in enumerate(k.reduced)]
-        ridx = index(sum((index_var("r", d) * st for d, st in enumerate(contiguous_strides(k.reduced))), sympy.Integer(0)))
+        ridx = index(flat_offset("r", k.reduced))
         earlier: list[tuple[Any, str]] = []  # (row_result load, its C++ name) of the results computed so far
         parts = []
         exprs = [*k.rows, *k.reduced, *scalar.index_exprs(k.value)]
