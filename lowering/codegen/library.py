@@ -1,7 +1,7 @@
 """The render chain every backend shares: a program's steps -> kernels from templates -> one library.
 
 A backend's renderer subclasses `KernelRenderer` with one method per kernel family (named after
-`Kernel.family`: pointwise, reduction, scatter, matmul, attention) that returns the template to render
+`Kernel.family`: pointwise, reduction, row, scatter, matmul, attention) that returns the template to render
 and the plain data it gets, and `finish`, which names the rendered kernel (a hash of its source, so a
 model's repeated layers share one kernel) and records what the backend needs to compile and launch it.
 

@@ -23,11 +23,12 @@ from .kernels import (
     PointwiseKernel,
     Program,
     ReductionKernel,
+    RowKernel,
     ScatterKernel,
     StridedView,
 )
 
-PURE = (PointwiseKernel, ReductionKernel)  # kernels that compute a new buffer from their reads alone
+PURE = (PointwiseKernel, ReductionKernel, RowKernel)  # kernels that compute a new buffer from their reads alone
 
 
 def dedupe_kernels(program: Program) -> Program:
@@ -81,6 +82,9 @@ def rename_reads(kernel: Kernel, old: str, new: str) -> Kernel:
 
     if isinstance(kernel, (PointwiseKernel, ReductionKernel)):
         return replace(kernel, value=node(kernel.value))
+    if isinstance(kernel, RowKernel):
+        return replace(kernel, value=node(kernel.value),
+                       reductions=tuple(replace(r, value=node(r.value)) for r in kernel.reductions))
     if isinstance(kernel, ScatterKernel):
         return replace(kernel, value=node(kernel.value), target=node(kernel.target))
     if isinstance(kernel, MatmulKernel):

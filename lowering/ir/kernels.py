@@ -128,6 +128,48 @@ class ReductionKernel:
         return _buffers_of(self.value)
 
 
+ROW_RESULT = "@row:"  # the pseudo-buffers a row kernel's later parts read its reductions' results from
+
+
+def row_result(name: str, dtype: str) -> Load:
+    """In a row kernel: the result of its reduction `name` at the row being computed, rounded to `dtype`
+    (the reduction's stored dtype), as the unfused program stored it for its readers."""
+    return Load(ROW_RESULT + name, sympy.Integer(0), dtype)
+
+
+@dataclass(frozen=True)
+class RowReduction:
+    """One reduction of a row kernel: `op` of value over the row's elements r0, r1, ... (ReductionKernel's
+    fields). `name` is the buffer the unfused program stored it in; later parts read it as row_result(name)."""
+
+    name: str
+    value: Node
+    op: str
+    acc_dtype: str
+    out_dtype: str
+
+
+@dataclass(frozen=True)
+class RowKernel:
+    """Reductions over whole rows and the pointwise expression that consumes them, in one kernel (a persistent
+    reduction; ir/row_fusion.py makes it): for each row (i0, i1, ... over `rows`) the reductions run in order,
+    each over r0, r1, ... in `reduced`, then output[row, r] = value for every element r of the row, stored
+    contiguously (row-major over rows + reduced). A reduction's value and `value` read earlier results as
+    `row_result` loads; the results are not stored."""
+
+    output: str
+    rows: tuple[sympy.Expr, ...]
+    reduced: tuple[sympy.Expr, ...]
+    reductions: tuple[RowReduction, ...]
+    value: Node
+
+    family = "row"
+
+    def reads(self) -> tuple[str, ...]:
+        names = [b for node in (*(r.value for r in self.reductions), self.value) for b in _buffers_of(node)]
+        return tuple(dict.fromkeys(b for b in names if not b.startswith(ROW_RESULT)))
+
+
 @dataclass(frozen=True)
 class ScatterKernel:
     """Updates `output` in place, after an earlier step wrote it: for every index (u0, u1, ...) of `shape`, in
@@ -233,7 +275,7 @@ class AttentionKernel:
         return tuple(dict.fromkeys((self.q.buffer, self.k.buffer, self.v.buffer, *mask_reads)))
 
 
-Kernel = Union[PointwiseKernel, ReductionKernel, ScatterKernel, MatmulKernel, AttentionKernel]
+Kernel = Union[PointwiseKernel, ReductionKernel, RowKernel, ScatterKernel, MatmulKernel, AttentionKernel]
 
 
 def _buffers_of(node: Node) -> tuple[str, ...]:

@@ -126,6 +126,16 @@ def substitute(node: Node, indices: dict[sympy.Symbol, sympy.Expr], loads: dict[
     return walk(node)
 
 
+def map_indices(node: Node, fn) -> Node:
+    """The tree with `fn` applied to every load's offset (fold_div_mod, say)."""
+    if isinstance(node, Load):
+        indirect = tuple(Indirect(i.var, map_indices(i.value, fn), i.size, i.wrap, i.what) for i in node.indirect)
+        return Load(node.buffer, fn(node.index), node.dtype, indirect)
+    if isinstance(node, Op):
+        return Op(node.name, tuple(map_indices(a, fn) for a in node.args), node.dtype)
+    return node
+
+
 def rename_buffer(node: Node, old: str, new: str) -> Node:
     """The tree reading buffer `new` wherever it read `old`."""
     if isinstance(node, Load):

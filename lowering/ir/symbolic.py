@@ -56,6 +56,29 @@ def contiguous_strides(shape: Sequence[Expr]) -> tuple[Expr, ...]:
     return tuple(reversed(strides))
 
 
+def flat_offset(prefix: str, shape: Sequence[Expr], first: int = 0) -> Expr:
+    """The row-major offset of element (v<first>, v<first+1>, ...) of `shape`, v being index variables of
+    `prefix` (a kernel's i or r)."""
+    strides = contiguous_strides(shape)
+    return sympy.expand(sum((index_var(prefix, first + d) * s for d, s in enumerate(strides)), sympy.Integer(0)))
+
+
+def unflatten(shape: Sequence[Expr], flat: Expr, prefix: str, first: int = 0) -> dict[sympy.Symbol, Expr]:
+    """Each index variable of `shape` (v<first>, ... of `prefix`) from a row-major flat index into it."""
+    from torch.utils._sympy import functions as tf
+
+    out: dict[sympy.Symbol, Expr] = {}
+    for d, (size, stride) in enumerate(zip(shape, contiguous_strides(shape))):
+        var = index_var(prefix, first + d)
+        if size == 1:
+            out[var] = sympy.Integer(0)
+        elif d == 0:  # the outermost dimension needs no wrap-around
+            out[var] = flat if stride == 1 else tf.FloorDiv(flat, stride)
+        else:
+            out[var] = tf.ModularIndexing(flat, stride, size)
+    return out
+
+
 def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> int:
     """The largest value `expr` takes over the symbols' declared ranges (used to plan memory)."""
     return _integer_bound(expr, ranges, "upper")

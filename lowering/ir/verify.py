@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...errors import AotpackError
-from .kernels import BUFFER_KINDS, MemoryPlan, Program, ScatterKernel
+from . import scalar
+from .kernels import BUFFER_KINDS, ROW_RESULT, MemoryPlan, Program, RowKernel, ScatterKernel
 
 
 class IRError(AotpackError):
@@ -30,6 +31,8 @@ def verify_program(program: Program, stage: str) -> None:
         for read in step.reads():
             if read not in written:
                 fail(f"step {t} ({step.family}) reads {read} before anything writes it")
+        if isinstance(step, RowKernel):
+            _verify_row(step, t, fail)
         if isinstance(step, ScatterKernel) and step.output not in written:
             fail(f"step {t} updates {step.output} in place before anything writes it")
         if program.buffers[step.output].kind in ("input", "weight"):
@@ -38,6 +41,17 @@ def verify_program(program: Program, stage: str) -> None:
     for out in program.outputs:
         if program.buffers[out].kind != "output" or out not in written:
             fail(f"output buffer {out} is not an output written by a step")
+
+
+def _verify_row(step: RowKernel, t: int, fail) -> None:
+    """A row kernel's parts read only the results of the reductions before them, each once computed."""
+    names = [r.name for r in step.reductions]
+    if len(set(names)) != len(names) or not names:
+        fail(f"step {t} (row) has reductions {names}: one or more, each named once")
+    for j, node in enumerate([*(r.value for r in step.reductions), step.value]):
+        for load in scalar.loads(node):
+            if load.buffer.startswith(ROW_RESULT) and load.buffer[len(ROW_RESULT):] not in names[:j]:
+                fail(f"step {t} (row) part {j} reads {load.buffer}, which is not a result computed before it")
 
 
 def verify_plan(program: Program, plan: MemoryPlan, stage: str) -> None:

@@ -20,11 +20,14 @@ from aotpack.lowering.ir.kernels import (
     PointwiseKernel,
     Program,
     ReductionKernel,
+    RowKernel,
+    RowReduction,
     ScatterKernel,
     StridedView,
     Symbol,
     epilogue_vars,
     product_value,
+    row_result,
 )
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
@@ -44,6 +47,12 @@ def _program(steps, buffers) -> Program:
 X = Buffer("x", "float32", (n, sympy.Integer(8)), "input", "x")
 W = Buffer("w", "float32", (sympy.Integer(8),), "weight", "w")
 OUT = Buffer("out", "float32", (n, sympy.Integer(8)), "output", "output")
+
+# a row of the gathered table w2[x[i0]], element r0, and its deviation from the row's mean (for the row case)
+_ROW_X = Op("cast", (Load("w2", 8 * x0 + r0, "float16", (Indirect(x0, Load("x", i0, "int64"), sympy.Integer(4), False,
+                                                                 "embedding at model.py:3: an index is outside 0..3"),)),),
+            "float32")
+_ROW_D = Op("sub", (_ROW_X, Op("cast", (row_result("mean", "float16"),), "float32")), "float32")
 
 CASES = {
     "pointwise_broadcast_fused": _program(
@@ -100,6 +109,18 @@ CASES = {
         [Buffer("x", "float32", (n, sympy.Integer(16)), "input", "x"),
          Buffer("kv", "float32", (2 * n, sympy.Integer(32)), "input", "kv"),
          Buffer("out", "float32", (sympy.Integer(1), n, sympy.Integer(2), sympy.Integer(8)), "output", "output")]),
+    # layer norm of rows gathered from an fp16 table (idx checked), in one row kernel (ir/row_fusion.py):
+    # the mean rounded to fp16 as the unfused program stored it, the variance reading it, then the
+    # normalising pass; neither result is stored
+    "row_layer_norm_gathered": _program(
+        [RowKernel("out", (n,), (sympy.Integer(8),), (
+            RowReduction("mean", Op("div", (_ROW_X, Const(8.0, "float32")), "float32"), "sum", "float32", "float16"),
+            RowReduction("var", Op("mul", (_ROW_D, _ROW_D), "float32"), "sum", "float32", "float32")),
+            Op("mul", (_ROW_D, Op("rsqrt", (Op("add", (Op("div", (row_result("var", "float32"), Const(8.0, "float32")),
+                                                           "float32"), Const(1e-5, "float32")), "float32"),), "float32")),
+               "float32"))],
+        [Buffer("x", "int64", (n,), "input", "x"), Buffer("w2", "float16", (4, 8), "weight", "w2"),
+         Buffer("out", "float16", (n, sympy.Integer(8)), "output", "output")]),
     "matmul_transposed_b": _program(
         [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),

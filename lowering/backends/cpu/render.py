@@ -31,14 +31,16 @@ from ...ir.kernels import (
     PointwiseKernel,
     Program,
     ReductionKernel,
+    RowKernel,
     ScatterKernel,
     StridedView,
     epilogue_vars,
     operand_vars,
     product_value,
+    row_result,
     split_gather,
 )
-from ...ir.symbolic import contiguous_strides, index_var
+from ...ir.symbolic import contiguous_strides, flat_offset, index_var
 from .spelling import (
     COMPUTE_CTYPE,
     STORAGE_CTYPE,
@@ -149,6 +151,47 @@ class CppRenderer(KernelRenderer):
                     combine_lane=combine.replace("acc", "part[l]"),
                     op=k.op, store_value=store_to_storage(result, k.out_dtype))
         return "reduction.cpp.jinja", data
+
+    def row(self, k: RowKernel) -> tuple[str, dict[str, Any]]:
+        """A row kernel (ir/row_fusion.py): per row, each reduction as the reduction template folds it (the
+        same lanes, so the same sums), its result rounded to its stored dtype, then the pointwise pass."""
+        arg_names, sym_names = self.names(k)
+        rvars = frozenset(index_var("r", d) for d in range(len(k.reduced)))
+        strides = contiguous_strides(k.rows)
+        index = body_writer(arg_names, sym_names).index
+        loops = [{"var": f"i{d}", "size": index(s), "stride": index(st)}
+                 for d, (s, st) in enumerate(zip(k.rows, strides))]
+        rloops = [{"var": f"r{d}", "size": index(s)} for d, s in enumerate(k.reduced)]
+        ridx = index(flat_offset("r", k.reduced))
+        earlier: list[tuple[Any, str]] = []  # (row_result load, its C++ name) of the results computed so far
+        parts = []
+        exprs = [*k.rows, *k.reduced, *scalar.index_exprs(k.value)]
+        for j, part in enumerate(k.reductions):
+            writer = body_writer(arg_names, sym_names, rvars)
+            for node, name in earlier:
+                writer.bind(node, name)
+            value = writer.value(part.value)
+            acc_ctype = COMPUTE_CTYPE[part.acc_dtype]
+            init, combine, result = _reduction_parts(part.op, part.acc_dtype)
+            out_ctype = COMPUTE_CTYPE[part.out_dtype]
+            # rounded to its stored dtype, as the unfused program stored it for its readers
+            rounded = load_from_storage(store_to_storage(result, part.out_dtype), part.out_dtype)
+            parts.append({"name": f"res{j}", "what": part.name, "op": part.op, "body": writer.lines,
+                          "hoisted": writer.hoisted, "value": f"static_cast<{acc_ctype}>({value})",
+                          "acc_ctype": acc_ctype, "init": init, "combine": combine,
+                          "combine_lane": combine.replace("acc", "part[l]"), "out_ctype": out_ctype,
+                          "rounded": f"static_cast<{out_ctype}>({rounded})"})
+            earlier.append((row_result(part.name, part.out_dtype), f"res{j}"))
+            exprs += scalar.index_exprs(part.value)
+        writer = body_writer(arg_names, sym_names, rvars)
+        for node, name in earlier:
+            writer.bind(node, name)
+        value = writer.value(k.value)
+        data = self._common(k, exprs)
+        data.update(loops=loops, rloops=rloops, ridx=ridx, parts=parts, body=writer.lines, hoisted=writer.hoisted,
+                    lanes=REDUCTION_LANES if len(k.reduced) == 1 else 0,
+                    store_value=store_to_storage(value, self.program.buffers[k.output].dtype))
+        return "row.cpp.jinja", data
 
     def scatter(self, k: ScatterKernel) -> tuple[str, dict[str, Any]]:
         arg_names, sym_names = self.names(k)

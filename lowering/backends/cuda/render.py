@@ -35,10 +35,12 @@ from ...ir.kernels import (
     PointwiseKernel,
     Program,
     ReductionKernel,
+    RowKernel,
     ScatterKernel,
     epilogue_vars,
     operand_vars,
     product_value,
+    row_result,
     split_gather,
 )
 from ...ir.scalar import Load
@@ -181,6 +183,57 @@ class TritonRenderer(KernelRenderer):
             "op": k.op, **acc, "store_value": self._store(result, k.out_dtype),
             "meta": {"constexprs": constexprs, "num_warps": 8 if xblock * rblock >= 2048 else 4, "num_stages": 1,
                      "errors": [c.what for c in writer.checks],
+                     "grid": (_cdiv(xnumel, xblock), sympy.Integer(1), sympy.Integer(1))},
+        }
+
+    def row(self, k: RowKernel) -> tuple[str, dict[str, Any]]:
+        return "row.py.jinja", self._row(k)
+
+    # A row kernel's program holds XBLOCK whole rows, each part's values a [XBLOCK, RBLOCK] block: about
+    # ROW_ELEMENTS per program (as the reduction kernel's blocks), at most 64 rows, and a warp per 512 of
+    # them (16 elements a thread per block), so a 16384-element row (ir/row_fusion.py's cap) takes 16 warps.
+    ROW_ELEMENTS = 4096
+
+    def _row(self, k: RowKernel) -> dict[str, Any]:
+        """A row kernel (ir/row_fusion.py): RBLOCK covers the whole row, so each reduction is one masked fold
+        of one block, its result rounded to its stored dtype (as the unfused program stored it) and kept as a
+        [XBLOCK, 1] column that the later parts broadcast."""
+        arg_names, sym_names = self.names(k)
+        xnumel, rnumel = product(k.rows), product(k.reduced)
+        rblock = max(16, next_pow2(self.max(rnumel)))
+        xblock = max(1, min(next_pow2(self.max(xnumel)), self.ROW_ELEMENTS // rblock, 64))
+        constexprs = {"XBLOCK": xblock, "RBLOCK": rblock}
+        # One writer for every part: a value the reductions and the pointwise pass share (the row's elements,
+        # a gathered embedding) is loaded and computed once, and each index read from data checked once.
+        writer = body_writer(arg_names, sym_names, "rmask_all", zero="rzero")
+        parts = []
+        exprs = [*k.rows, *k.reduced, *scalar.index_exprs(k.value)]
+        for j, part in enumerate(k.reductions):
+            lines, checks = len(writer.lines), len(writer.checks)
+            value = writer.value(part.value)
+            acc = _reduction_parts(part.op, part.acc_dtype)
+            result, update = acc.pop("result"), acc.pop("update")
+            rounded = result if part.out_dtype == "bool" else \
+                f"({result}).to({TL_TYPE[part.out_dtype]}).to({COMPUTE_TL[part.out_dtype]})"
+            parts.append({"name": f"res{j}", "what": part.name, "op": part.op, "body": writer.lines[lines:],
+                          "checks": _checks(writer.checks[checks:], first=checks + 1),
+                          "value": f"({value}).to({acc['acc_type']})", **acc, "update": update.split("\n"),
+                          "rounded": f"({rounded})[:, None]"})
+            writer.bind(row_result(part.name, part.out_dtype), f"res{j}")
+            exprs += scalar.index_exprs(part.value)
+        lines, checks = len(writer.lines), len(writer.checks)
+        value = writer.value(k.value)
+        point_checks = _checks(writer.checks[checks:], first=checks + 1)
+        checks = writer.checks
+        params = self._params(k, exprs, bool(checks), constexprs)
+        return {
+            **params, "xnumel": writer.index(xnumel), "rnumel": writer.index(rnumel),
+            "indices": self._decompose("i", "x", k.rows, writer.index),
+            "rindices": self._decompose("r", "r", k.reduced, writer.index), "parts": parts,
+            "body": writer.lines[lines:], "checks": point_checks,
+            "store_value": self._store(value, self.program.buffers[k.output].dtype),
+            "meta": {"constexprs": constexprs, "num_warps": min(16, max(1, xblock * rblock // 512)),
+                     "num_stages": 1, "errors": [c.what for c in checks],
                      "grid": (_cdiv(xnumel, xblock), sympy.Integer(1), sympy.Integer(1))},
         }
 
