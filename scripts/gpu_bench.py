@@ -422,18 +422,23 @@ def plot(summary: dict, path: Path) -> str:
     series = [("eager_ms", "eager"), ("torch_compile_ms", "torch.compile"),
               ("torch_compile_graphs_ms", "torch.compile + CUDA graphs"), ("aotpack_ms", "aotpack (graphs)"),
               ("aotpack_no_graphs_ms", "aotpack, no graphs"), ("aotpack_kernel_ms", "aotpack kernel time")]
+    # One colour per series in every panel, so the first panel's legend holds where a peer was skipped.
+    colours = {key: f"C{i}" for i, (key, _) in enumerate(series)}
     for ax, row in zip(axes[0], rows):
         for key, label in series:
             pts = [(p["seq"], p[key]) for p in row["points"] if isinstance(p.get(key), float)]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=label, linestyle="--" if "kernel" in key else "-")
+                ax.plot(*zip(*pts), marker="o", label=label, color=colours[key],
+                        linestyle="--" if "kernel" in key else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq")
         ax.set_ylabel("ms per call")
         ax.set_title(row["label"], fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=colours[key], marker="o", linestyle="--" if "kernel" in key else "-")
+               for key, _ in series]
+    axes[0][0].legend(handles, [label for _, label in series], fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return f"![latency against seq]({path.name})"
