@@ -53,16 +53,23 @@ def has_epilogue_reader(program: Program, t: int) -> bool:
     return _fuse_one(list(program.steps), t, program) is not None
 
 
-def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel] | None:
+def _product_readers(steps: list, t: int, program: Program) -> list[int] | None:
+    """The steps that read (or update) step t's output, when step t is a floating product with no epilogue
+    yet whose output is an intermediate: what an epilogue may be taken from."""
     m = steps[t]
     if not isinstance(m, MatmulKernel) or m.epilogue is not None or m.dtype not in FLOAT_PRODUCTS:
         return None
     x = m.output
     if program.buffers[x].kind != "arena":
         return None
-    readers = [r for r in range(t + 1, len(steps)) if x in steps[r].reads() or steps[r].output == x]
-    if len(readers) != 1 or not isinstance(steps[readers[0]], PointwiseKernel):
+    return [r for r in range(t + 1, len(steps)) if x in steps[r].reads() or steps[r].output == x]
+
+
+def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel] | None:
+    readers = _product_readers(steps, t, program)
+    if readers is None or len(readers) != 1 or not isinstance(steps[readers[0]], PointwiseKernel):
         return None
+    m, x = steps[t], steps[t].output
     r = readers[0]
     p = steps[r]
     if program.buffers[p.output].dtype not in FLOAT_PRODUCTS:
@@ -154,15 +161,10 @@ def fuse_shared_epilogues(program: Program) -> Program:
 
 
 def _shared_epilogue(steps: list, t: int, program: Program, ranges) -> tuple[MatmulKernel, dict] | None:
-    m = steps[t]
-    if not isinstance(m, MatmulKernel) or m.epilogue is not None or m.dtype not in FLOAT_PRODUCTS:
-        return None
-    x = m.output
-    if program.buffers[x].kind != "arena":
-        return None
-    readers = [r for r in range(t + 1, len(steps)) if x in steps[r].reads() or steps[r].output == x]
+    readers = _product_readers(steps, t, program)
     if not readers or any(not isinstance(steps[r], PointwiseKernel) for r in readers):
         return None
+    m, x = steps[t], steps[t].output
     forms = [_in_product_layout(steps[r], m, ranges) for r in readers]
     if any(f is None for f in forms) or len({epilogue for epilogue, _ in forms}) != 1:
         return None

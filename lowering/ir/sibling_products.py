@@ -29,6 +29,7 @@ import sympy
 import torch
 
 from . import scalar
+from .epilogue import has_epilogue_reader
 from .kernels import (
     AttentionKernel,
     Buffer,
@@ -42,7 +43,6 @@ from .kernels import (
     epilogue_vars,
     operand_vars,
 )
-from .epilogue import has_epilogue_reader
 from .scalar import Load
 from .symbolic import column_of, extent_bounds, index_var
 

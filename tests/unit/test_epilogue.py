@@ -4,19 +4,15 @@ against eager by every e2e test, which all run with fusion on)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import torch
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.lowering.ir.epilogue import fuse_epilogues
 from aotpack.lowering.ir.kernels import MatmulKernel
+from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -95,12 +91,7 @@ print(json.dumps(report))
 
 
 def test_fused_and_unfused_programs_agree_bit_for_bit_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN, str(HERE.parent / "codegen"), str(HERE)], check=False,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     for n, (softmax_equal, sum_equal, err) in report.items():
         assert softmax_equal and sum_equal, f"n={n}: fused and unfused differ"
         assert err < 2e-2, f"n={n}: {err} from eager fp16"

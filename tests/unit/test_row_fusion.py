@@ -4,10 +4,6 @@ in tests/e2e/test_row_kernels.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +26,7 @@ from aotpack.lowering.ir.row_fusion import ROW_CAP, fuse_rows
 from aotpack.lowering.ir.scalar import Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
 from aotpack.lowering.ir.verify import IRError, verify_program
+from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -201,12 +198,7 @@ print(json.dumps(report))
 
 
 def test_fused_and_unfused_programs_agree_bit_for_bit_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN, str(HERE.parent / "codegen"), str(HERE)], check=False,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert len(report) == 15, report
     for case, (equal, err, errors) in report.items():
         assert equal, f"{case}: fused and unfused differ"

@@ -4,10 +4,6 @@ the unchanged one did (Triton's interpreter; the CPU kernels are checked against
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +14,7 @@ from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.lowering.ir.copy_elision import elide_copies
 from aotpack.lowering.ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from aotpack.lowering.ir.kernels import AttentionKernel, MatmulKernel, PointwiseKernel
+from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 from torch.nn import functional as F
 
@@ -124,12 +121,7 @@ print(json.dumps(report))
 
 
 def test_changed_and_unchanged_programs_agree_bit_for_bit_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN, str(HERE.parent / "codegen"), str(HERE)], check=False,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert len(report) == 6
     for point, (equal, err) in report.items():
         assert equal, f"{point}: the changed program differs from the unchanged one"

@@ -5,19 +5,15 @@ by every e2e test, which run with the merge on: examples/llama among them)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import torch
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.lowering.ir.kernels import MatmulKernel
 from aotpack.lowering.ir.sibling_products import merge_sibling_products
+from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -169,12 +165,7 @@ print(json.dumps(report))
 
 
 def test_the_merged_program_computes_what_eager_does_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN, str(HERE.parent / "codegen"), str(HERE)], check=False,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert len(report) == 6
     for n, err in report.items():
         assert err < 5e-3, f"n={n}: relative error {err} from eager float32"
