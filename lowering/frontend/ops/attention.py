@@ -75,6 +75,8 @@ def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: T
         # A mask built from positions that excludes every key past a diagonal: the kernel skips those key
         # blocks as for is_causal, and keeps the mask's other terms (a padding mask) as the mask.
         causal, offset, mask_node = True, split.offset, split.rest
+    if kv_heads == heads:
+        key, value, kv_heads = grouped_heads(key, value, int(heads))
     out_shape = (batch, q_len, heads, value_dim)
     out = ctx.new_buffer(dtype, out_shape)
     ctx.add_step(AttentionKernel(
@@ -84,3 +86,29 @@ def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: T
         mask=mask_node, dtype=dtype, causal_offset=offset,
     ))
     return V.permute(V.from_buffer(out, dtype, out_shape), (0, 2, 1, 3))
+
+
+def grouped_heads(key: TensorValue, value: TensorValue, heads: int) -> tuple[TensorValue, TensorValue, int]:
+    """Key and value over their distinct heads when they repeat each of them `group` times along the heads
+    dimension (transformers' repeat_kv for grouped-query attention: an expand and a reshape, which reach here as
+    index math over head // group), with the kv head count; else unchanged, with `heads`.
+
+    The attention kernel reads the kv head of query head h as h // group itself, so the repeated copy is never
+    stored, and what is computed per kv head (Llama's rotary embedding of the keys) is computed once per group.
+    The repetition is proved on the loaders: the element of head group * j + r is the same expression for every
+    r < group (torch's FloorDiv folds (group * j + r) // group to j)."""
+    j = sympy.Symbol("kv_head", integer=True, nonnegative=True)
+    index = [index_var("i", d) for d in range(4)]
+
+    def repeats(t: TensorValue, group: int) -> bool:
+        at = [t.loader((index[0], group * j + r, index[2], index[3])) for r in range(group)]
+        return all(node == at[0] for node in at[1:])
+
+    for group in sorted((g for g in range(2, heads + 1) if heads % g == 0), reverse=True):
+        if repeats(key, group) and repeats(value, group):
+            def narrowed(t: TensorValue, group: int = group) -> TensorValue:
+                shape = (t.shape[0], sympy.Integer(heads // group), t.shape[2], t.shape[3])
+                return TensorValue(t.dtype, shape, lambda idx: t.loader((idx[0], idx[1] * group, idx[2], idx[3])))
+
+            return narrowed(key), narrowed(value), sympy.Integer(heads // group)
+    return key, value, sympy.Integer(heads)
