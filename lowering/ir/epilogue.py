@@ -22,12 +22,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 import sympy
-from torch.utils._sympy import functions as tf
 
 from . import scalar
 from .kernels import ACC, MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
 from .scalar import Load
-from .symbolic import column_of, contiguous_strides, extent_bounds, fold_div_mod, index_var, product
+from .symbolic import (
+    column_of,
+    contiguous_strides,
+    extent_bounds,
+    fold_div_mod,
+    index_var,
+    product,
+    unflatten,
+)
 
 FLOAT_PRODUCTS = ("float32", "float16", "bfloat16")
 
@@ -103,26 +110,10 @@ def _indices_from_product(shape: tuple[sympy.Expr, ...], m: MatmulKernel) -> dic
     for split in range(len(shape) + 1):
         if sympy.expand(product(shape[split:]) - m.n) == 0 and sympy.expand(product(shape[:split]) - rows) == 0:
             row = e0 * m.m + e1 if m.batch != 1 else e1
-            out = _decompose(shape[:split], row, 0)
-            out.update(_decompose(shape[split:], e2, split))
+            out = unflatten(shape[:split], row, "i")
+            out.update(unflatten(shape[split:], e2, "i", split))
             return out
     return None
-
-
-def _decompose(shape: tuple[sympy.Expr, ...], flat: sympy.Expr, first: int) -> dict[sympy.Symbol, sympy.Expr]:
-    """The index of each dimension of `shape` (variables i<first>, ...) from a row-major flat index."""
-    out = {}
-    strides = contiguous_strides(shape)
-    for d, (size, stride) in enumerate(zip(shape, strides)):
-        var = index_var("i", first + d)
-        if size == 1:
-            out[var] = sympy.Integer(0)
-            continue
-        if d == 0:  # the outermost dimension needs no wrap-around
-            out[var] = flat if stride == 1 else tf.FloorDiv(flat, stride)
-        else:
-            out[var] = tf.ModularIndexing(flat, stride, size)
-    return out
 
 
 # --- Epilogues the product's readers share -----------------------------------------------------------------
