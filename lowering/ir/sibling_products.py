@@ -50,13 +50,10 @@ from .symbolic import column_of, extent_bounds, index_var
 def merge_sibling_products(program: Program) -> Program:
     ranges = {s.expr: (s.min, s.max) for s in program.symbols}
     t = 0
-    while t < len(program.steps):
+    while t < len(program.steps):  # a merge shortens the program: the next group starts right after it
         group = _group_at(program, t)
-        merged = _merged(program, t, group, ranges) if len(group) > 1 else None
-        if merged is None:
-            t += 1
-            continue
-        program = merged
+        merged = _merged(program, group, ranges) if len(group) > 1 else None
+        program = merged or program
         t += 1
     return program
 
@@ -87,7 +84,7 @@ def _mergeable(program: Program, step: Kernel) -> bool:
     return weight.kind == "weight" and static and program.buffers[step.output].kind == "arena"
 
 
-def _merged(program: Program, t: int, group: list[int], ranges) -> Program | None:
+def _merged(program: Program, group: list[int], ranges) -> Program | None:
     if any(has_epilogue_reader(program, u) for u in group):
         return None  # its reader fuses into it as an epilogue: merged, that reader would be a kernel again
     products = [program.steps[u] for u in group]
