@@ -27,6 +27,7 @@ HALF_NOISE_MARGIN = 1e-3
 
 # Relative norm error allowed for full-precision float outputs, by dtype name.
 TOLERANCE = {"float32": FLOAT32_TOLERANCE, "float64": FLOAT32_TOLERANCE}
+FLOATING = (*HALF_DTYPES, *TOLERANCE)
 
 
 # relative_error() works through outputs this many elements at a time: float64 copies of a whole GPT-2 logits
@@ -96,8 +97,10 @@ def as_reference(t: torch.Tensor) -> np.ndarray:
 
 
 def allowed_error(dtype: str, half_error: float | None = None, tf32: bool = False) -> float:
-    """The largest relative error an output of `dtype` may have against its reference."""
-    if dtype in HALF_DTYPES:
+    """The largest relative error an output of `dtype` may have against its reference. With the half model's
+    error given (a half-precision package), every floating output takes the half rule: a float32 output of a
+    bfloat16 model is computed from bfloat16 values."""
+    if dtype in HALF_DTYPES or (half_error is not None and dtype in FLOATING):
         if half_error is None:
             raise ValueError(f"a {dtype} output is judged against the half-precision model's own error")
         return HALF_NOISE_FACTOR * half_error + HALF_NOISE_MARGIN
@@ -116,6 +119,7 @@ class Judgement:
     allowed: float
     half_error: float | None  # eager in the half type against the same float32 reference: the noise floor
     half_overflows: bool  # eager in the half type is inf/nan where the float32 reference is finite
+    half_dtype: str | None  # the half type of that noise floor (the output's own, or the model's)
     out: np.ndarray = dataclasses.field(repr=False)  # the package's output and the reference, for explain()
     reference: np.ndarray = dataclasses.field(repr=False)
 
@@ -136,19 +140,20 @@ class Judgement:
         if self.half_error is None:
             why = f"allowed {self.allowed:.1e}"
         else:
-            why = (f"against float32; allowed {self.allowed:.1e} = {HALF_NOISE_FACTOR} x eager {self.dtype}'s own "
-                   f"{self.half_error:.1e} + {HALF_NOISE_MARGIN:.0e}, so beyond the {self.dtype} noise")
+            why = (f"against float32; allowed {self.allowed:.1e} = {HALF_NOISE_FACTOR} x eager {self.half_dtype}'s "
+                   f"own {self.half_error:.1e} + {HALF_NOISE_MARGIN:.0e}, so beyond the {self.half_dtype} noise")
         text = f"output {self.name!r}: {mismatch_details(self.out, self.reference)} ({why})"
         if self.half_overflows:
-            text += (f"\n    the model itself overflows in {self.dtype} here: eager PyTorch in {self.dtype} gives "
+            text += (f"\n    the model itself overflows in {self.half_dtype} here: eager PyTorch in {self.half_dtype} gives "
                      "inf or nan where float32 is finite; export with --dtype bf16 (float32's range) or float32")
         return text
 
 
 def judge(name: str, dtype: str, out: np.ndarray, reference: np.ndarray, half: np.ndarray | None = None,
-          tf32: bool = False) -> Judgement:
+          tf32: bool = False, half_dtype: str | None = None) -> Judgement:
     """Judges `out` (a package output of `dtype`, widened) against `reference` (float32 for half outputs);
-    `half` is eager PyTorch's output in the half type, required for half outputs."""
+    `half` is eager PyTorch's output in the half type `half_dtype` (the output's own when not given), required
+    for half outputs."""
     half_error, overflow = None, False
     if half is not None:
         overflow = bool(np.any(~np.isfinite(half) & np.isfinite(reference)))
@@ -157,7 +162,8 @@ def judge(name: str, dtype: str, out: np.ndarray, reference: np.ndarray, half: n
         finite = np.isfinite(half) if overflow else slice(None)
         half_error = relative_error(half[finite], reference[finite])
     error = relative_error(out, reference)
-    return Judgement(name, dtype, error, allowed_error(dtype, half_error, tf32), half_error, overflow, out,
+    noise = (half_dtype or dtype) if half is not None else None
+    return Judgement(name, dtype, error, allowed_error(dtype, half_error, tf32), half_error, overflow, noise, out,
                      reference)
 
 

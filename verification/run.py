@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 from .. import progress
 from ..errors import AotpackError
 from ..exporter.frames import one_line
-from .compare import HALF_DTYPES, Judgement, as_reference, from_runtime, judge, to_numpy
+from .compare import FLOATING, HALF_DTYPES, Judgement, as_reference, from_runtime, judge, to_numpy
 from .points import Point, example_symbols, inputs_at, range_points
 
 MODES = ("range", "example", "off")
@@ -70,8 +70,9 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
     if not sessions:
         record["passed"] = False
         return record
-    refs = _references(captured, signature)
-    record["reference"] = "float32" if refs.half is None else f"float32, with {_half_type(signature)} as the noise floor"
+    half_type = _half_type(captured.model, signature)
+    refs = _references(captured, half_type)
+    record["reference"] = "float32" if refs.half is None else f"float32, with {half_type} as the noise floor"
     failures = []
     for index, point in enumerate(points):
         inputs = (inputs_at(signature, captured.example_inputs, point, seed=index) if point.label != "example"
@@ -94,8 +95,11 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
             except runtime.AotpackError as e:
                 raise VerificationError(f"verification at {point.describe()} on {device}: the runtime refused the "
                                         f"inputs: {e} (an aotpack bug: please report it with the model)") from e
+            # In a half-precision package every floating output is judged against float32 with the half model
+            # as the noise floor, a float32 one too: it is computed from half values (logits widened at the end).
             judgements = [judge(info["name"], info["dtype"], from_runtime(out, _torch_dtype(info["dtype"])), ref,
-                                h if info["dtype"] in HALF_DTYPES else None)
+                                h if half_type is not None and info["dtype"] in FLOATING else None,
+                                half_dtype=half_type)
                           for info, out, ref, h in zip(signature["outputs"], outputs, reference,
                                                        half or [None] * len(reference))]
             passed = all(j.passed for j in judgements)
@@ -134,15 +138,14 @@ def _no_gpu_reason(message: str) -> str:
     return message
 
 
-def _references(captured: Any, signature: dict[str, Any]) -> References:
+def _references(captured: Any, half_type: str | None) -> References:
     """The float32 model (the weights before any --dtype cast) and, for a half package, the half model.
 
     Both run on the CPU, also when the package is verified on a GPU: a user's model may keep CPU tensors that
     only work there, and an eager CUDA kernel that trips a device-side assert (an index out of range on made-up
     inputs) would poison the CUDA context the runtime shares in this process."""
-    half_package = any(o["dtype"] in HALF_DTYPES for o in signature["outputs"])
     model = captured.model
-    if not half_package:
+    if half_type is None:
         return References(model, None)
     float32 = captured.float32_model if captured.float32_model is not None else _float32_copy(model)
     return References(float32, model)
@@ -170,8 +173,14 @@ def _torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _half_type(signature: dict[str, Any]) -> str:
-    return next(o["dtype"] for o in signature["outputs"] if o["dtype"] in HALF_DTYPES)
+def _half_type(model: Any, signature: dict[str, Any]) -> str | None:
+    """The half type a package computes in: its outputs', else its model's weights' (a half model may widen
+    what it returns, as language models do their logits); None for a float32 package."""
+    names = [o["dtype"] for o in signature["outputs"]]
+    if isinstance(model, torch.nn.Module):
+        names += [str(t.dtype).removeprefix("torch.") for t in (*model.parameters(), *model.buffers())
+                  if t.is_floating_point()]
+    return next((name for name in names if name in HALF_DTYPES), None)
 
 
 def _progress_line(point: Point, device: str, judgements: list[Judgement], seconds: float) -> str:

@@ -37,3 +37,29 @@ def test_half_precision_package_tracks_eager(example, dtype, shape, tmp_path, rt
     # Computing in float32 inside kernels tracks the float32 model at least about as well as eager does.
     assert j.passed, j.explain()
     assert j.error <= 1e-2
+
+
+class WidenedLogits(torch.nn.Module):
+    """A language model's head: computed in the model's dtype, returned widened to float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.head = torch.nn.Linear(32, 64), torch.nn.Linear(64, 100)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.gelu(self.proj(x))).float()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_float32_output_of_a_half_model_is_judged_against_the_half_noise(dtype, tmp_path):
+    """Its float32 output is computed from half values: it is judged against the float32 model with the half
+    model as the noise floor, as a half output is, not at float32's 1e-5 (which failed correct packages)."""
+    import aotpack
+
+    torch.manual_seed(0)
+    result = aotpack.export(WidenedLogits().eval(), (torch.randn(3, 32),), tmp_path / "widened.aotpack", dtype=dtype,
+                            dynamic_shapes={"x": {0: torch.export.Dim("n", min=1, max=16)}})
+    record = result.verification
+    assert record["passed"] and "noise floor" in record["reference"], record
+    outputs = [o for p in record["points"] if "outputs" in p for o in p["outputs"]]
+    assert outputs and all("half_precision_error" in o and o["allowed"] > 1e-3 for o in outputs), outputs
