@@ -16,7 +16,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..ir.kernels import StridedView
 from ..ir.scalar import Const, Load, Node, cast
-from ..ir.symbolic import Expr, contiguous_strides, fold_div_mod, index_var
+from ..ir.symbolic import Expr, affine_parts, contiguous_strides, fold_div_mod, index_var
 
 Index = tuple[Expr, ...]
 Loader = Callable[[Index], Node]
@@ -36,8 +36,7 @@ class TensorValue:
 
 def from_view(view: StridedView, dtype: str, shape: Sequence[Expr]) -> TensorValue:
     def load(index: Index) -> Node:
-        offset = view.offset + sum((i * s for i, s in zip(index, view.strides)), sympy.Integer(0))
-        return Load(view.buffer, sympy.expand(offset), dtype)
+        return Load(view.buffer, view.offset_at(index), dtype)
 
     return TensorValue(dtype, tuple(shape), load, view)
 
@@ -160,13 +159,8 @@ def affine_view(value: TensorValue) -> StridedView | None:
     node = value.loader(index)
     if not isinstance(node, Load) or node.indirect or node.dtype != value.dtype:
         return None
-    offset = fold_div_mod(node.index)
-    strides = tuple(sympy.expand(offset).coeff(v) for v in index)
-    base = sympy.expand(offset - sum((s * v for s, v in zip(strides, index)), sympy.Integer(0)))
-    names = set(index)
-    if any(sympy.sympify(e).free_symbols & names for e in (base, *strides)):
-        return None
-    return StridedView(node.buffer, base, strides)
+    parts = affine_parts(fold_div_mod(node.index), index)
+    return StridedView(node.buffer, *parts) if parts is not None else None
 
 
 def reshape(value: TensorValue, shape: Sequence[Expr]) -> TensorValue:

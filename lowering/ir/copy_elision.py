@@ -27,7 +27,7 @@ import sympy
 from . import scalar
 from .kernels import AttentionKernel, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView
 from .scalar import Load
-from .symbolic import contiguous_strides, fold_div_mod, index_var
+from .symbolic import affine_parts, contiguous_strides, fold_div_mod, index_var
 
 
 def elide_copies(program: Program) -> Program:
@@ -67,13 +67,8 @@ def _as_view(copy: PointwiseKernel, dtype: str) -> StridedView | None:
     node = copy.value
     if not isinstance(node, Load) or node.indirect or node.dtype != dtype:
         return None
-    index = [index_var("i", d) for d in range(len(copy.shape))]
-    offset = sympy.expand(fold_div_mod(node.index))
-    strides = tuple(offset.coeff(v) for v in index)
-    base = sympy.expand(offset - sum((s * v for s, v in zip(strides, index)), sympy.Integer(0)))
-    if any(sympy.sympify(e).free_symbols & set(index) for e in (base, *strides)):
-        return None
-    return StridedView(node.buffer, base, strides)
+    parts = affine_parts(fold_div_mod(node.index), [index_var("i", d) for d in range(len(copy.shape))])
+    return StridedView(node.buffer, *parts) if parts is not None else None
 
 
 def _aligned(offset: sympy.Expr, variables: dict[sympy.Symbol, sympy.Expr], shape) -> dict[int, sympy.Expr] | None:
@@ -117,14 +112,13 @@ def _retarget(kernel: Kernel, x: str, shape, view: StridedView) -> Kernel | None
             if operand.buffer != x:
                 continue
             variables = {index_var("a", d): e for d, e in enumerate(dims_extent)}
-            offset = operand.offset + sum((s * v for s, v in zip(operand.strides, variables)), sympy.Integer(0))
-            dims = _aligned(offset, variables, shape)
+            dims = _aligned(operand.offset_at(list(variables)), variables, shape)
             if dims is None or len(dims) != sum(1 for s in shape if s != 1):
                 return None
-            composed = _composed(view, dims)
-            strides = tuple(sympy.expand(composed.coeff(v)) for v in variables)
-            base = sympy.expand(composed - sum((s * v for s, v in zip(strides, variables)), sympy.Integer(0)))
-            changes[name] = StridedView(view.buffer, base, strides)
+            parts = affine_parts(_composed(view, dims), list(variables))
+            if parts is None:
+                return None
+            changes[name] = StridedView(view.buffer, *parts)
         return replace(kernel, **changes)
     if isinstance(kernel, (PointwiseKernel, ReductionKernel)):
         variables = {index_var("i", d): e for d, e in enumerate(kernel.shape)}

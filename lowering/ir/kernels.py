@@ -37,6 +37,10 @@ class StridedView:
     offset: sympy.Expr
     strides: tuple[sympy.Expr, ...]
 
+    def offset_at(self, index) -> sympy.Expr:
+        """The element offset of the view's element at `index` (expressions, one per dimension)."""
+        return sympy.expand(self.offset + sum((i * s for i, s in zip(index, self.strides)), sympy.Integer(0)))
+
 
 @dataclass(frozen=True)
 class GatheredOperand:

@@ -44,7 +44,7 @@ from .kernels import (
     operand_vars,
 )
 from .scalar import Load
-from .symbolic import column_of, extent_bounds, index_var
+from .symbolic import affine_parts, column_of, extent_bounds, index_var
 
 
 def merge_sibling_products(program: Program) -> Program:
@@ -256,15 +256,11 @@ def _reread(kernel: Kernel, x: str, width: int, y: str, start: int, total: int, 
             if part.buffer != x:
                 continue
             variables = {index_var("a", d): e for d, e in enumerate(extents)}
-            offset = part.offset + sum((s * v for s, v in zip(part.strides, variables)), sympy.Integer(0))
-            moved = _moved(offset, width, start, total, extent_bounds(variables, ranges))
-            if moved is None:
+            moved = _moved(part.offset_at(list(variables)), width, start, total, extent_bounds(variables, ranges))
+            parts = affine_parts(moved, list(variables)) if moved is not None else None
+            if parts is None:
                 return None
-            strides = tuple(sympy.expand(moved.coeff(v)) for v in variables)
-            base = sympy.expand(moved - sum((s * v for s, v in zip(strides, variables)), sympy.Integer(0)))
-            if any(e.free_symbols & set(variables) for e in (base, *strides)):
-                return None
-            changes[field_name] = StridedView(y, base, strides)
+            changes[field_name] = StridedView(y, *parts)
             continue
         node = part.value if isinstance(part, GatheredOperand) else part
         if not hasattr(node, "dtype"):

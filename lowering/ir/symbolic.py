@@ -162,6 +162,18 @@ def evaluate(expr: Expr, values: Mapping[sympy.Symbol, int]) -> int:
     return int(result)
 
 
+def affine_parts(offset: Expr, variables: Sequence[sympy.Symbol]) -> tuple[Expr, tuple[Expr, ...]] | None:
+    """(base, strides) when offset = base + sum(strides[d] * variables[d]) with neither depending on the
+    variables (a strided view's offset over its index); None otherwise."""
+    offset = sympy.expand(offset)
+    strides = tuple(sympy.expand(offset.coeff(v)) for v in variables)
+    base = sympy.expand(offset - sum((s * v for s, v in zip(strides, variables)), sympy.Integer(0)))
+    names = set(variables)
+    if any(sympy.sympify(e).free_symbols & names for e in (base, *strides)):
+        return None
+    return base, strides
+
+
 def column_of(offset: Expr, n: Expr, bounds: Mapping[sympy.Symbol, tuple[int, int]]) -> Expr | None:
     """The column of an offset into a contiguous [rows, n] buffer (offset = row * n + column), when the offset
     is a sum of terms that are n times an integer (the row) and terms that are proved to stay within 0..n-1
