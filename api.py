@@ -49,6 +49,7 @@ def export(
     dtype: str | torch.dtype | None = None,
     target: str = "cpu",
     cuda_arch: str | Sequence[int] | None = None,
+    tune: bool | None = None,
     name: str | None = None,
     version: str = "0.1.0",
     metadata: Mapping[str, str] | None = None,
@@ -63,6 +64,7 @@ def export(
         value given to torch.export, names its symbols; `args` defaults to its example inputs).
     dtype: "bf16"/"fp16" (or the torch dtype) casts floating weights and inputs first, for nn.Modules.
     target: "cpu", "cuda" or "cpu,cuda"; cuda_arch: compute capabilities ("80,90" or (80, 90)).
+    tune: time CUDA kernel configurations on the local GPU (None: when it is of the target architecture).
     name, version, metadata: the package's registry identity (docs/registries.md): a registry-safe name (default:
         the path's stem or the class name, made registry-safe), a semantic version, user metadata (str -> str).
     verify: "range" (the examples and the ends and inside of every range, on every target this machine runs),
@@ -87,15 +89,16 @@ def export(
     if isinstance(cuda_arch, (tuple, list)):
         cuda_arch = ",".join(str(a) for a in cuda_arch)
     with progress.reporting(progress.Progress(_stderr if verbose else None)):
-        return export_spec(spec, output, dtype=_dtype_name(dtype), target=target, cuda_arch=cuda_arch, name=name,
-                           version=version, metadata=metadata, verify=verify)
+        return export_spec(spec, output, dtype=_dtype_name(dtype), target=target, cuda_arch=cuda_arch, tune=tune,
+                           name=name, version=version, metadata=metadata, verify=verify)
 
 
 def export_model_file(model_file: str | Path, output: str | Path | None = None, *, dynamic: Iterable[str] = (),
                       **options: Any) -> ExportResult:
     """`aotpack export MODEL_FILE`: model.py's model, examples and dynamic dims, `--dynamic` ranges on top.
     Options as export_spec's; progress goes wherever the caller's progress.reporting() sends it."""
-    parse_targets(options.get("target", "cpu"), options.get("cuda_arch"), knobs.cpu_isa())  # before the slow load
+    parse_targets(options.get("target", "cpu"), options.get("cuda_arch"), knobs.cpu_isa(),
+                  options.get("tune"))  # before the slow load
     report = progress.current()
     with report.stage("load", str(model_file)):
         spec = load_model_file(model_file)
@@ -107,12 +110,13 @@ def export_model_file(model_file: str | Path, output: str | Path | None = None, 
 
 
 def export_spec(spec: ModelSpec, output: Path, *, cli_ranges: Mapping[str, tuple[int, int]] | None = None,
-                dtype: str | None = None, target: str = "cpu", cuda_arch: str | None = None, name: str | None = None,
+                dtype: str | None = None, target: str = "cpu", cuda_arch: str | None = None, tune: bool | None = None,
+                name: str | None = None,
                 version: str = "0.1.0", metadata: Mapping[str, str] | None = None, verify: str = "range",
                 dump_stages: Sequence[str] = (), dump: Callable[[str, str], None] | None = None) -> ExportResult:
     """The one pipeline behind the CLI and the Python API."""
     check_identity(name, version, metadata)  # before the capture: a bad name or version fails in a moment
-    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
+    targets = parse_targets(target, cuda_arch, knobs.cpu_isa(), tune)
     captured = capture_spec(spec, cli_ranges, dtype)
     return build_package(captured, output, name=name, version=version, dump_stages=dump_stages, dump=dump,
                          verify=verify, targets=targets, metadata=metadata)

@@ -90,10 +90,13 @@ def main() -> None:
               help="What the package runs on; CUDA kernels are Triton, cross-compiled to cubins (no GPU needed).")
 @click.option("--cuda-arch", "cuda_arch", metavar="CC[,CC...]",
               help="CUDA compute capabilities to build cubins for, e.g. 80,90 (default: the local GPU's, else 90).")
+@click.option("--tune/--no-tune", "tune", default=None,
+              help="Time CUDA kernel configurations on the local GPU and keep the fastest (default: on when the "
+                   "local GPU is of the target architecture; without one, configuration tables choose).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the final line (and errors).")
 def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: str | None, version: str,
            dump: tuple[str, ...], dtype: str | None, verify: str, no_verify: bool, target: str, cuda_arch: str | None,
-           quiet: bool, meta: tuple[str, ...]) -> None:
+           tune: bool | None, quiet: bool, meta: tuple[str, ...]) -> None:
     """Capture MODEL_FILE with torch.export and write one .aotpack package."""
     from . import knobs, progress
     from .api import export_model_file
@@ -101,7 +104,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     from .lowering.stages import stage_names
     from .lowering.targets import parse_targets
 
-    targets = parse_targets(target, cuda_arch, knobs.cpu_isa())
+    targets = parse_targets(target, cuda_arch, knobs.cpu_isa(), tune)
     stages = stage_names(targets)
     unknown = [s for s in dump if s not in stages]
     if unknown:
@@ -115,7 +118,7 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     start = time.perf_counter()
     with progress.reporting(report):
         result = export_model_file(
-            model_file, output, dynamic=dynamic, dtype=dtype, target=target, cuda_arch=cuda_arch, name=name,
+            model_file, output, dynamic=dynamic, dtype=dtype, target=target, cuda_arch=cuda_arch, tune=tune, name=name,
             version=version, metadata=metadata, verify="off" if no_verify else verify, dump_stages=dump,
             dump=lambda stage, text: click.echo(f"--- {stage} ---\n{text}"))
     signature = result.manifest["signature"]
@@ -211,7 +214,8 @@ def inspect(package: str, as_json: bool) -> None:
     click.echo("producer: " + ", ".join(f"{k} {v}" for k, v in sorted(m["producer"].items())))
     click.echo("targets:  " + ", ".join(
         f"cuda {' '.join(f'sm_{a}' for a in t.get('archs', []))} (PTX {t.get('ptx_version')}, driver >= "
-        f"{t.get('min_driver_version', 0) // 1000}.{t.get('min_driver_version', 0) % 1000 // 10})" if t["kind"] == "cuda"
+        f"{t.get('min_driver_version', 0) // 1000}.{t.get('min_driver_version', 0) % 1000 // 10}, configurations "
+        f"from {'tuning on a GPU' if t.get('configurations') == 'tuned' else 'tables'})" if t["kind"] == "cuda"
         else f"{t['kind']} {t.get('arch', '')} {t.get('isa', '')}".strip() for t in m["targets"]))
     click.echo("symbols:  " + (", ".join(f"{s['name']} in {s['min']}..{s['max']}" for s in sig["symbols"]) or "none (static)"))
     for kind in ("inputs", "outputs"):

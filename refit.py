@@ -10,6 +10,7 @@ it again). The package is then verified against eager PyTorch with the new weigh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,8 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         source = lowered.artifacts["cpu"].library.source
         same = same and source.encode() == package.members.get(layout.cpu_source(cpu["isa"]))
     if cuda is not None:
-        same = same and lowered.artifacts["cuda"].library.source.encode() == package.members.get(layout.CUDA_SOURCE)
+        same = same and _kernel_bodies(lowered.artifacts["cuda"].library.source) == _kernel_bodies(
+            package.members.get(layout.CUDA_SOURCE, b"").decode())
     if not same:
         halves = sorted({t["dtype"] for t in package.manifest["signature"]["inputs"]} & {"bfloat16", "float16"})
         hint = (f"; the package takes {halves[0]}: was it exported with --dtype? pass the same --dtype to refit"
@@ -81,6 +83,12 @@ def _lower_like_export(package_path: Path, model_file: Path, tensors: dict[str, 
         raise RefitError(f"{model_file} with {where} lowers to a different plan or kernels than {package_path} "
                          f"(the model or aotpack changed since export): export it again instead of refitting{hint}")
     return captured, lowered.program.weights
+
+
+def _kernel_bodies(source: str) -> set[str]:
+    """A CUDA library's kernels up to their names and block configurations: tuning at export may have chosen
+    other configurations than refit's lowering (the tables'), and the refit package keeps the old cubins."""
+    return set(re.sub(r"\bt_[0-9a-f]{16}\b", "t_", source).split("\n@triton.jit\n"))
 
 
 def _dtype(t: torch.Tensor) -> str:

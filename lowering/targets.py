@@ -22,6 +22,7 @@ class CpuTarget:
 class CudaTarget:
     kind: ClassVar[str] = "cuda"
     archs: tuple[int, ...]  # compute capabilities as 10 * major + minor, e.g. (80, 90)
+    tune: bool = False  # time kernel configurations on the local GPU (backends/cuda/tuning.py), else the tables
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,10 @@ def local_cuda_arch() -> int | None:
     return None
 
 
-def parse_targets(spec: str, cuda_archs: str | None, isa: str) -> Targets:
-    """`--target cpu`, `cuda` or `cpu,cuda`; `--cuda-arch 80,90` (default: the local GPU's, else 90)."""
+def parse_targets(spec: str, cuda_archs: str | None, isa: str, tune: bool | None = None) -> Targets:
+    """`--target cpu`, `cuda` or `cpu,cuda`; `--cuda-arch 80,90` (default: the local GPU's, else 90);
+    `--tune`/`--no-tune` (default: tune when the local GPU is of the newest target architecture, the one
+    configurations are chosen for)."""
     kinds = [k.strip() for k in spec.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in ("cpu", "cuda")]
     if unknown or not kinds:
@@ -65,7 +68,19 @@ def parse_targets(spec: str, cuda_archs: str | None, isa: str) -> Targets:
                 raise TargetError(f"--cuda-arch {cuda_archs!r}: expected compute capabilities like 80,90 (7.0 or later)")
         else:
             archs = (local_cuda_arch() or 90,)
-        cuda = CudaTarget(archs)
+        cuda = CudaTarget(archs, _tune(tune, max(archs)))
     elif cuda_archs:
         raise TargetError("--cuda-arch needs --target cuda (or cpu,cuda)")
+    elif tune:
+        raise TargetError("--tune times CUDA kernels: it needs --target cuda (or cpu,cuda)")
     return Targets(CpuTarget(isa) if "cpu" in kinds else None, cuda)
+
+
+def _tune(tune: bool | None, arch: int) -> bool:
+    local = local_cuda_arch() if tune is not False else None
+    if tune and local != arch:
+        where = f"this machine's GPU is sm_{local}" if local else "this machine has no GPU that torch can use"
+        raise TargetError(f"--tune times kernels on the local GPU, but {where} and the package's configurations "
+                          f"are chosen for sm_{arch}; export on a machine with that GPU, or leave --tune off to "
+                          "use the configuration tables")
+    return local == arch

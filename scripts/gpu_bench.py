@@ -113,10 +113,12 @@ def with_stderr_captured(fn: Callable[[], Any]) -> tuple[Any, str]:
 EXPORT_CODE = """
 import json, os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+from aotpack import progress
 from aotpack.api import export_model_file
 model_file, package, arch, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 start = time.perf_counter()
-result = export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch)
+with progress.reporting(progress.Progress(lambda line: print(line, flush=True))):  # stages and tuning in the log
+    result = export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch)
 print("EXPORT_RESULT " + json.dumps({"export_s": round(time.perf_counter() - start, 1),
                                      "verification": result.verification}, default=str))
 """

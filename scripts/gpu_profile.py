@@ -21,31 +21,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    from aotpack import runtime
+    from aotpack import progress, runtime
     from aotpack.api import export_spec
-    from aotpack.exporter import capture, load_model_file, parse_dynamic_specs, resolve_symbols
-    from aotpack.exporter.dtype import with_dtype
-    from aotpack.lowering.backends.cuda.render import render_triton_library
-    from aotpack.lowering.frontend.decompositions import decompositions
-    from aotpack.lowering.stages import lower
+    from aotpack.exporter import load_model_file, parse_dynamic_specs
+    from aotpack.packages.reader import read_package
     from aotpack.verification import to_numpy
     from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 
     name, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
+    dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
-    spec = with_dtype(load_model_file(REPO / "examples" / name / "model.py"), dtype)
     plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}"))
-    plan = resolve_symbols(spec, plan_ranges)
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    program = lower(captured)
     major, minor = torch.cuda.get_device_capability(0)
-    library = render_triton_library(program, (major * 10 + minor,))  # the configurations the export picks
-    family = {k.name: k.family for k in library.kernels}
-    shapes = {k.name: f"{dict(k.constexprs)} warps {k.num_warps}" for k in library.kernels}
     path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
-    export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=sys.argv[4] if len(sys.argv) > 4 else "bf16",
-                cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor))
+    with progress.reporting(progress.Progress(print)):  # the export's stages, and what tuning chose
+        export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=dtype,
+                    cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor))
+    package = read_package(path)
+    steps = package.program.sections["cuda"]["steps"]
+    kernels = package.program.sections["cuda"]["kernels"]  # the exported kernels, tuned or from the tables
+    family = {k["name"]: k["family"] for k in kernels}
+    shapes = {k["name"]: " ".join(f"{key}={v}" for key, v in k["config"].items()) for k in kernels}
     session = runtime.Model(path).session(device="cuda")
     inputs = make_inputs(name, example_module(REPO / "examples" / name / "model.py"), batch, seq)
     host = [to_numpy(x) for x in inputs]
@@ -64,7 +60,7 @@ def main() -> int:
         per_family[kind] += us
         per_kernel[f"{kind} {event.name}"].append(us)
     total = sum(per_family.values())
-    print(f"{name} batch {batch} seq {seq} {dtype}: {total / 1e3:.2f} ms of GPU time in {len(program.steps)} steps "
+    print(f"{name} batch {batch} seq {seq} {dtype}: {total / 1e3:.2f} ms of GPU time in {len(steps)} steps "
           "")
     for kind, us in sorted(per_family.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:<12} {us / 1e3:8.2f} ms  {100 * us / total:5.1f}%")

@@ -109,6 +109,20 @@ class KernelRenderer:
         """The size whose buckets get variants of this kernel, or None: one kernel for the whole range."""
         return None
 
+    def bucket(self, kernel: Kernel) -> tuple[int, int] | None:
+        """The sizes of the kernel's deciding size that the render in progress is for: a bucket's variant
+        covers its bucket, the whole-range kernel the top bucket (it runs above every variant). None: no
+        deciding size."""
+        size = self.deciding_size(kernel)
+        if size is None:
+            return None
+        size = sympy.sympify(size)
+        lo, hi = max(lower_bound(size, self.ranges), 1), max(upper_bound(size, self.ranges), 1)
+        uppers = bucket_uppers(lo, hi) if not size.is_Integer else (hi,)
+        top = self._cap[1] if self._cap is not None and self._cap[0] == size else hi
+        below = [u for u in uppers if u < top]
+        return (below[-1] + 1 if below else lo, top)
+
     def render_variants(self, kernel: Kernel) -> tuple[RenderedKernel, Any, list[tuple[RenderedKernel, Variant]]]:
         """The kernel for the whole range and its launch, and the variants of the buckets below the top one
         that differ from it (with their rendered kernels)."""

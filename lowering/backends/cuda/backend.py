@@ -22,7 +22,7 @@ class CudaBackend(Backend):
         return self.target.archs
 
     def render(self, program: Program) -> RenderedLibrary:
-        return render_triton_library(program, self.archs)
+        return render_triton_library(program, self.archs, tune=self.target.tune)
 
     def compile(self, library: RenderedLibrary) -> dict[int, Any]:
         """arch -> compile.CompiledArch."""
@@ -73,6 +73,7 @@ class CudaBackend(Backend):
         compiled = [artifacts.binaries[a] for a in sorted(artifacts.binaries)]
         ptx = max((c.ptx_version for c in compiled), key=lambda v: tuple(map(int, v.split("."))) if v else (0,))
         return {"kind": "cuda", "archs": sorted(artifacts.binaries), "ptx_version": ptx,
+                "configurations": "tuned" if self.target.tune else "tables",
                 "min_driver_version": max(c.min_cuda_driver for c in compiled), "source": layout.CUDA_SOURCE}
 
     def producer_versions(self) -> dict[str, str]:

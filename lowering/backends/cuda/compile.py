@@ -117,6 +117,19 @@ def _compile_in_worker(source: str, directory: Path, kernel: TritonKernel, arch:
 
 
 def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arch: int) -> CompiledKernel:
+    ck = _triton_compile(triton, ASTSource, GPUTarget, module, kernel, arch)
+    meta = ck.metadata
+    return CompiledKernel(
+        name=meta.name, cubin=bytes(ck.asm["cubin"]), num_warps=int(meta.num_warps), shared=int(meta.shared),
+        global_scratch_size=int(getattr(meta, "global_scratch_size", 0) or 0),
+        global_scratch_align=int(getattr(meta, "global_scratch_align", 1) or 1),
+        profile_scratch_size=int(getattr(meta, "profile_scratch_size", 0) or 0),
+        ptx_version=_ptx_version(ck.asm.get("ptx", "")))
+
+
+def _triton_compile(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arch: int):
+    """Triton's compiled kernel (cubin, metadata and launcher) of one rendered kernel, as every package
+    compiles it."""
     fn = getattr(module, kernel.name)
     signature = dict(kernel.signature)
     constexprs = dict(kernel.constexprs)
@@ -132,13 +145,7 @@ def _compile_one(triton, ASTSource, GPUTarget, module, kernel: TritonKernel, arc
         raise TritonCompileError(
             f"compiling the generated Triton kernel {kernel.name} ({kernel.family}) for sm_{arch} failed; this is "
             f"an aotpack bug, please report it with the model:\n{type(e).__name__}: {str(e)[-4000:]}") from e
-    meta = ck.metadata
-    return CompiledKernel(
-        name=meta.name, cubin=bytes(ck.asm["cubin"]), num_warps=int(meta.num_warps), shared=int(meta.shared),
-        global_scratch_size=int(getattr(meta, "global_scratch_size", 0) or 0),
-        global_scratch_align=int(getattr(meta, "global_scratch_align", 1) or 1),
-        profile_scratch_size=int(getattr(meta, "profile_scratch_size", 0) or 0),
-        ptx_version=_ptx_version(ck.asm.get("ptx", "")))
+    return ck
 
 
 @contextlib.contextmanager
@@ -213,3 +220,31 @@ def _compile_all(source: str, cache: Path, todo: list) -> list[CompiledKernel]:
         for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
             progress.current().count(done, len(todo), "kernels compiled")
         return [f.result() for f in futures]
+
+
+def launchable_kernels(prelude: str, kernels: list[TritonKernel], arch: int) -> dict[str, object]:
+    """Each kernel compiled exactly as a package's are, as Triton's compiled kernel, which launches on this
+    machine's GPU with `ck[grid](*args)` (tuning.py times them); a kernel that does not compile maps to its
+    TritonCompileError. Worker processes compile first when there are many: they fill Triton's own cache,
+    which the compiles here then hit (the same source, options and target)."""
+    triton, ASTSource, GPUTarget = _require_triton()
+    if not kernels:
+        return {}
+    source = prelude + "\n" + "\n".join(k.source for k in kernels)
+    directory = knobs.cache_dir() / "cuda"
+    directory.mkdir(parents=True, exist_ok=True)
+    module = _load_module(source, directory)
+    workers = min(knobs.compile_jobs(), len(kernels))
+    if workers >= 2 and len(kernels) >= PARALLEL_MIN_KERNELS:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            futures = [pool.submit(_compile_in_worker, source, directory, kernel, arch) for kernel in kernels]
+            for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
+                progress.current().count(done, len(kernels), "candidate kernels compiled")
+    compiled: dict[str, object] = {}
+    for kernel in kernels:
+        try:
+            compiled[kernel.name] = _triton_compile(triton, ASTSource, GPUTarget, module, kernel, arch)
+        except TritonCompileError as e:
+            compiled[kernel.name] = e
+    return compiled

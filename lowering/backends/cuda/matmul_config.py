@@ -62,3 +62,23 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None) -> Matmu
     fits = fits or [t for t in tiles if t[1] <= max(16, _pow2(n))]  # fewer than 32 columns: 16-wide tiles
     bm, bn, bk, warps, stages = next((t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2), fits[-1])
     return MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
+
+
+# Tiles tuning times besides the table's choice (half operands): the table's own tiles, taller and deeper
+# variants of the large ones (the Hopper regime between 512 and 16384 rows, where the table's tiles ran at
+# 62-94% of cuBLAS), and 4-warp versions of the medium ones. (BM, BN, BK, warps, stages).
+HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+                   (128, 128, 128, 8, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (64, 128, 64, 4, 3))
+
+
+def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None) -> list[MatmulConfig]:
+    """What tuning times for a product of at most m rows: the table's choice first, then the candidate
+    tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
+    table). float32 and float64 products keep the table's choice."""
+    chosen = matmul_config(m, n, k, dtype, arch)
+    if dtype in ("float32", "float64"):
+        return [chosen]
+    fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
+            for bm, bn, bk, warps, stages in HALF_CANDIDATES
+            if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n)) and (bm == 16) == (m <= 16)]
+    return list(dict.fromkeys([chosen, *fits]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sympy
 from torch.utils._sympy import functions as tf
@@ -45,8 +45,12 @@ from ...ir.kernels import (
 )
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
-from .matmul_config import matmul_config
+from .attention_config import AttentionConfig, attention_candidates, attention_config
+from .matmul_config import MatmulConfig, matmul_candidates, matmul_config
 from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
+
+if TYPE_CHECKING:
+    from .tuning import Tuning
 
 
 def next_pow2(n: int) -> int:
@@ -79,9 +83,42 @@ class TritonRenderer(KernelRenderer):
     language = "triton"
     language_name = "Triton"
 
-    def __init__(self, program: Program, arch: int | None = None) -> None:
+    def __init__(self, program: Program, arch: int | None = None, tuning: Tuning | None = None) -> None:
         super().__init__(program)
         self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
+        self.tuning = tuning  # export-time tuning (tuning.py): collects candidates, or applies its choices
+        self._forced: MatmulConfig | AttentionConfig | None = None  # a configuration instead of the table's
+
+    def candidates(self, kernel: Kernel) -> list[MatmulConfig | AttentionConfig]:
+        """The configurations tuning may time for the kernel being rendered (its bucket's sizes), the table's
+        choice first; empty: not tunable."""
+        if isinstance(kernel, MatmulKernel):
+            return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
+                                     self.operand_dtype(kernel), self.arch)
+        if isinstance(kernel, AttentionKernel):
+            return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
+                                        kernel.dtype == "float32")
+        return []
+
+    def operand_dtype(self, kernel: MatmulKernel) -> str:
+        a = kernel.a
+        return a.dtype if isinstance(a, GatheredOperand) else self.program.buffers[a.buffer].dtype
+
+    def render(self, kernel: Kernel) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
+        """The kernel at the table's configuration, or at the one tuning chose for its bucket."""
+        rendered, grid = super().render(kernel)
+        if self.tuning is None or self._forced is not None:
+            return rendered, grid
+        chosen = self.tuning.visit(self, kernel, rendered)
+        return (rendered, grid) if chosen is None else self.render_with(kernel, chosen)
+
+    def render_with(self, kernel: Kernel, config: MatmulConfig | AttentionConfig) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
+        """The kernel at `config` instead of the table's choice."""
+        self._forced = config
+        try:
+            return super().render(kernel)
+        finally:
+            self._forced = None
 
     def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
         """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows."""
@@ -310,7 +347,9 @@ class TritonRenderer(KernelRenderer):
         if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
-        config = matmul_config(self.max(k.m), self.max(k.n), self.max(k.k), k.dtype, self.arch)
+        operand_dtype = dtype_of(k.a)  # the output may be wider (float32 for addmm's one rounding)
+        config = self._forced if isinstance(self._forced, MatmulConfig) else matmul_config(
+            self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch)
         bm, bn, bk = config.bm, config.bn, config.bk
         constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
         exprs = [k.batch, k.m, k.n, k.k]
@@ -338,7 +377,7 @@ class TritonRenderer(KernelRenderer):
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
         params = self._params(k, exprs, bool(checks), constexprs)
-        compute = "tl.float64" if k.dtype == "float64" else ("tl.float32" if k.dtype == "float32" else None)
+        compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
         return {
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
@@ -347,7 +386,7 @@ class TritonRenderer(KernelRenderer):
             # (n // 16) * 16K + 16k + n % 16, the template's panel arithmetic.
             "b_packed": isinstance(k.b, PanelView),
             "b_panel_k": k.b.k if isinstance(k.b, PanelView) else None,
-            "operand_type": compute or TL_TYPE[k.dtype],
+            "operand_type": compute or TL_TYPE[operand_dtype],
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
             "epilogue": epilogue,
@@ -402,14 +441,9 @@ class TritonRenderer(KernelRenderer):
         head_dim, value_dim = int(k.head_dim), int(k.value_dim)
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
-        q_max = self.max(k.q_len)
-        # Half operands: 64 x 64 blocks, 4 warps, 3 stages was the fastest of the configurations that
-        # scripts/gpu_attention_bench.py tries on an H200, at head dims 64 and 128, causal or masked: at seq
-        # 2048, 1.3-1.4x faster than 128-row blocks with 8 warps for causal attention, level with them for a
-        # padding mask. float32 operands take twice the shared memory and registers: at head dims above 64,
-        # 32 keys per block.
-        bm = min(64, max(16, next_pow2(q_max)))
-        bn = min(32 if wide and bd > 64 else 64, max(16, next_pow2(self.max(k.kv_len))))
+        config = self._forced if isinstance(self._forced, AttentionConfig) else attention_config(
+            self.max(k.q_len), self.max(k.kv_len), head_dim, wide)
+        bm, bn = config.bm, config.bn
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
         if k.causal:
@@ -425,7 +459,7 @@ class TritonRenderer(KernelRenderer):
                 "mask": k.mask is not None,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
-                "meta": {"constexprs": constexprs, "num_warps": 4, "num_stages": 2 if wide else 3,
+                "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks],
                          "grid": (_cdiv(k.q_len, bm), k.batch * k.heads, sympy.Integer(1))}}
         for name, view in views.items():
@@ -472,7 +506,13 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
     raise UnsupportedError(f"reduction {op} has no Triton form")
 
 
-def render_triton_library(program: Program, archs: tuple[int, ...] = ()) -> RenderedLibrary:
+def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False) -> RenderedLibrary:
     """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
-    chosen for the newest of `archs` (one source is compiled for them all)."""
-    return render_library(TritonRenderer(program, max(archs) if archs else None))
+    chosen for the newest of `archs` (one source is compiled for them all): from the tables, or with `tune`,
+    by timing candidates on this machine's GPU, which must be of that architecture (tuning.py)."""
+    arch = max(archs) if archs else None
+    if not tune:
+        return render_library(TritonRenderer(program, arch))
+    from .tuning import tuned_library  # imports torch's CUDA side only when tuning
+
+    return tuned_library(program, arch, lambda tuning: render_library(TritonRenderer(program, arch, tuning)))

@@ -80,7 +80,12 @@ def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: Tensor
     from ...ir.scalar import Const, Op
     from .pointwise import elementwise
 
-    product = matmul(ctx, node, a, b)
+    # torch's addmm (cuBLAS's epilogue, as the CPU kernels) adds the bias to the float32 sum and rounds once:
+    # a half product stays float32 until the add, which a fused epilogue then computes on the accumulator
+    # (rounding the product to half first, then the sum again, doubled eager's error on bf16 models).
+    out_dtype = ctx.dtype_of(node)
+    accumulate = "float32" if out_dtype in ("float16", "bfloat16") else out_dtype
+    product = matmul_values(ctx, a, b, accumulate)
 
     def fn(p: Any, c: Any) -> Any:
         if alpha != 1:
@@ -89,7 +94,7 @@ def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: Tensor
             c = Op("mul", (c, Const(float(beta), c.dtype)), c.dtype)
         return Op("add", (p, c), p.dtype)
 
-    return elementwise(ctx, node, [product, bias], fn)
+    return elementwise(ctx, node, [product, bias], fn, compute=accumulate)
 
 
 def _pair(value: Any, rank: int) -> tuple[int, int]:

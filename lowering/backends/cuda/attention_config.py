@@ -1,0 +1,48 @@
+"""Block configurations of the Triton attention kernel: the table's choice, and the candidates export tunes.
+
+Without a GPU at export the table chooses (matmul_config.py's counterpart). Half operands: 64 x 64 blocks,
+4 warps, 3 stages was the fastest of the configurations that scripts/gpu_attention_bench.py tries on an H200,
+at head dims 64 and 128, causal or masked: at seq 2048, 1.3-1.4x faster than 128-row blocks with 8 warps for
+causal attention, level with them for a padding mask. float32 operands take twice the shared memory and
+registers: at head dims above 64, 32 keys per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    bm: int  # query rows per program
+    bn: int  # keys per block of the loop
+    num_warps: int
+    num_stages: int
+
+
+def _pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def attention_config(q_max: int, kv_max: int, head_dim: int, wide: bool) -> AttentionConfig:
+    """The table's blocks for at most q_max query rows and kv_max keys."""
+    bd = max(16, _pow2(head_dim))
+    bm = min(64, max(16, _pow2(q_max)))
+    bn = min(32 if wide and bd > 64 else 64, max(16, _pow2(kv_max)))
+    return AttentionConfig(bm, bn, 4, 2 if wide else 3)
+
+
+# (BM, BN, warps, stages) that scripts/gpu_attention_bench.py found competitive on an H200 for some shape
+HALF_CANDIDATES = ((64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 8, 2), (128, 64, 4, 3),
+                   (128, 64, 8, 3), (128, 128, 8, 3), (64, 32, 4, 3), (64, 128, 4, 3))
+
+
+def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool) -> list[AttentionConfig]:
+    """What tuning times: the table's choice first, then the other blocks that fit the sizes. float32
+    attention keeps the table's choice (its blocks are bounded by shared memory, not tuned)."""
+    chosen = attention_config(q_max, kv_max, head_dim, wide)
+    if wide:
+        return [chosen]
+    fits = [AttentionConfig(*c) for c in HALF_CANDIDATES
+            if c[0] <= max(16, _pow2(q_max)) and c[1] <= max(16, _pow2(kv_max)) and not (head_dim > 128 and c[1] > 64)]
+    return list(dict.fromkeys([chosen, *fits]))

@@ -1,0 +1,273 @@
+"""Tuning at export: each large kernel's candidate configurations timed on the local GPU, the fastest kept.
+
+The program is rendered twice. The first pass renders every matrix product and attention step per bucket of
+its deciding size (codegen/library.py) at the table's configuration (matmul_config.py, attention_config.py)
+and, where the bucket's work is large enough for the configuration to matter, at each candidate
+configuration too. The candidates are compiled exactly as the package's kernels are (compile.py), launched
+through Triton's launcher on buffers of random values at the bucket's representative sizes (its top and its
+middle) and timed with triton.testing.do_bench (cold L2, median). The second pass renders each step and
+bucket at the configuration with the least time summed over those sizes.
+
+Times are cached by GPU, Triton version, kernel (its name hashes its source and configuration) and sizes,
+in the cache folder's tuning/ (AOTPACK_CACHE_DIR): exporting the same model again times nothing and chooses
+the same configurations. Triton's own autotuner is not used because it tunes a JIT kernel at its first call,
+for the call's sizes; a package's kernels are compiled before any call, one per bucket of a declared range.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sympy
+
+from .... import knobs, progress
+from ...codegen.library import RenderedLibrary
+from ...ir.dtypes import DTYPES, is_float
+from ...ir.kernels import AttentionKernel, Kernel, MatmulKernel, Program
+from ...ir.symbolic import evaluate
+from .attention_config import AttentionConfig
+from .matmul_config import MatmulConfig
+from .render import TritonKernel, TritonRenderer
+
+# A bucket is tuned when its kernel's work at the bucket's top would take at least this long at the peak
+# rates below (an H100/H200-class GPU): below it a kernel's time is its launch and first loads, which no
+# configuration changes, and tuning would only cost export time (tiny test models tune nothing).
+MIN_MICROSECONDS = 8.0
+PEAK_FLOPS = 400e12  # dense half-precision tensor-core FLOP/s
+PEAK_BYTES = 3e12  # memory bytes/s
+
+Config = MatmulConfig | AttentionConfig
+
+
+@dataclass
+class Job:
+    """One step's bucket to tune: its candidates rendered (the table's first) and the sizes to time them at."""
+
+    kernel: Kernel
+    args: tuple[str, ...]  # the buffers the step takes: its reads, then its output
+    candidates: list[tuple[Config, TritonKernel, tuple[sympy.Expr, ...]]]  # (config, kernel, grid)
+    sizes: list[dict[sympy.Symbol, int]]  # symbol values at which to time them
+
+
+@dataclass
+class Tuning:
+    """Both passes' state: `visit` records jobs while collecting, then returns each one's choice."""
+
+    collecting: bool = True
+    jobs: dict[tuple[str, tuple[int, int]], Job] = field(default_factory=dict)
+    chosen: dict[tuple[str, tuple[int, int]], Config] = field(default_factory=dict)
+
+    def visit(self, renderer: TritonRenderer, kernel: Kernel, rendered: TritonKernel) -> Config | None:
+        """Called for every render at the table's configuration; the configuration to render instead."""
+        bucket = renderer.bucket(kernel)
+        if bucket is None:
+            return None
+        key = (rendered.name, bucket)
+        if not self.collecting:
+            return self.chosen.get(key)
+        if key in self.jobs:
+            return None
+        candidates = renderer.candidates(kernel)
+        if len(candidates) < 2 or estimated_microseconds(renderer, kernel) < MIN_MICROSECONDS:
+            return None
+        rendered_candidates = [(c, *renderer.render_with(kernel, c)) for c in candidates]
+        size = sympy.sympify(renderer.deciding_size(kernel))
+        lo, hi = bucket
+        targets = sorted({hi, (lo + hi) // 2}, reverse=True)
+        sizes = [symbol_values(size, t, renderer.ranges) for t in targets]
+        self.jobs[key] = Job(kernel, tuple(renderer.args(kernel)), rendered_candidates, sizes)
+        return None
+
+
+def estimated_microseconds(renderer: TritonRenderer, kernel: Kernel) -> float:
+    """A roofline estimate of the kernel's time at its bucket's largest sizes."""
+    size = DTYPES[kernel.dtype].itemsize if kernel.dtype in DTYPES else 2
+    if isinstance(kernel, MatmulKernel):
+        size = DTYPES[renderer.operand_dtype(kernel)].itemsize
+        b, m, n, k = (renderer.max(e) for e in (kernel.batch, kernel.m, kernel.n, kernel.k))
+        flops, moved = 2 * b * m * n * k, size * b * (m * k + k * n + m * n)
+    elif isinstance(kernel, AttentionKernel):
+        b, h, q, kv = (renderer.max(e) for e in (kernel.batch, kernel.heads, kernel.q_len, kernel.kv_len))
+        d, dv = int(kernel.head_dim), int(kernel.value_dim)
+        flops = 2 * b * h * q * kv * (d + dv) * (0.5 if kernel.causal else 1.0)
+        moved = size * b * h * (q * d + kv * (d + dv) + q * dv)
+    else:
+        return 0.0
+    return max(flops / PEAK_FLOPS, moved / PEAK_BYTES) * 1e6
+
+
+def symbol_values(size: sympy.Expr, target: int, ranges: dict[sympy.Symbol, tuple[int, int]]) -> dict[sympy.Symbol, int]:
+    """Symbol values at which `size` is as large as it can be without exceeding `target`: every symbol at
+    its maximum, then those of `size`, widest range first, lowered (by bisection, as the size grows with
+    each) until it fits. batch * seq at 1280 with batch 1..8 and seq 1..2048: batch 8, seq 160."""
+    values = {s: hi for s, (_, hi) in ranges.items()}
+    for symbol in sorted(size.free_symbols & set(ranges), key=lambda s: (ranges[s][0] - ranges[s][1], s.name)):
+        if evaluate(size, values) <= target:
+            break
+        lo, hi = ranges[symbol]
+        while lo < hi:
+            values[symbol] = mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if evaluate(size, values) <= target else (lo, mid - 1)
+        values[symbol] = lo
+    return values
+
+
+def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning | None], RenderedLibrary]) -> RenderedLibrary:
+    """The library rendered at the tables' configurations, its tunable buckets timed on this machine's GPU,
+    and the library rendered again with the fastest."""
+    tuning = Tuning()
+    first = render(tuning)
+    if not tuning.jobs:
+        return first
+    report = progress.current()
+    with report.stage("tune", f"{len(tuning.jobs)} kernel buckets on the local GPU"):
+        start = time.perf_counter()
+        timer = Timer(program, first.prelude, arch)
+        timer.compile(list(tuning.jobs.values()))
+        with _timing_lock():
+            times = {key: timer.times(job) for key, job in tuning.jobs.items()}
+        for key, job in tuning.jobs.items():
+            totals = times[key]
+            fastest = min(range(len(totals)), key=lambda i: (totals[i], i))
+            if fastest and totals[fastest] < float("inf"):
+                tuning.chosen[key] = job.candidates[fastest][0]
+                report.line(f"tuned {job.kernel.family} step {program.steps.index(job.kernel)}, {key[1][0]}..{key[1][1]}: "
+                            f"{_describe(job.candidates[0][0])} {totals[0]:.4f} ms -> "
+                            f"{_describe(job.candidates[fastest][0])} {totals[fastest]:.4f} ms (summed over "
+                            f"{len(job.sizes)} sizes)")
+        timer.save()
+        if timer.failures:
+            report.line(f"note: {len(timer.failures)} tuning candidates could not run here and were not chosen; "
+                        f"the first: {timer.failures[0]}")
+        report.line(f"tuned {len(tuning.jobs)} kernel buckets ({timer.measured} timings, {timer.cached} from the cache) "
+                    f"in {time.perf_counter() - start:.1f} s: {len(tuning.chosen)} changed from the table's choice")
+    tuning.collecting = False
+    return render(tuning)
+
+
+class Timer:
+    """Times rendered kernels on the GPU (device 0, which the export checked is of the target's architecture)."""
+
+    def __init__(self, program: Program, prelude: str, arch: int | None) -> None:
+        import torch
+        import triton
+
+        self.torch, self.triton = torch, triton
+        self.program, self.prelude, self.arch = program, prelude, arch
+        self.gpu = torch.cuda.get_device_name(0)
+        self.path = knobs.cache_dir() / "tuning" / (hashlib.sha256(self.gpu.encode()).hexdigest()[:16] + ".json")
+        self.cache: dict[str, float] = _read_cache(self.path)
+        self.measured = self.cached = 0
+        self.compiled: dict[str, Any] = {}
+        self.failures: list[str] = []  # candidates that did not compile or launch
+
+    def _key(self, kernel: TritonKernel, values: dict[sympy.Symbol, int]) -> str:
+        sizes = ",".join(f"{s.name}={v}" for s, v in sorted(values.items(), key=lambda kv: kv[0].name))
+        return hashlib.sha256(f"{self.gpu}|{self.triton.__version__}|{self.arch}|{kernel.name}|{sizes}".encode()).hexdigest()
+
+    def compile(self, jobs: list[Job]) -> None:
+        """Every candidate that some size of its job has no cached time for, compiled in one batch."""
+        from .compile import launchable_kernels
+
+        todo = {k.name: k for job in jobs for _, k, _ in job.candidates
+                if any(self._key(k, v) not in self.cache for v in job.sizes)}
+        self.compiled.update(launchable_kernels(self.prelude, list(todo.values()), self.arch or 90))
+
+    def times(self, job: Job) -> list[float]:
+        """Each candidate's milliseconds summed over the job's sizes (infinity: it cannot run here)."""
+        totals = [0.0] * len(job.candidates)
+        for values in job.sizes:
+            buffers = None  # allocated once per size, for the candidates not in the cache
+            for i, (_, kernel, grid) in enumerate(job.candidates):
+                key = self._key(kernel, values)
+                if key in self.cache:
+                    self.cached += 1
+                else:
+                    buffers = buffers or [self._buffer(b, values) for b in job.args]
+                    self.cache[key] = self._time(kernel, grid, values, buffers)
+                    self.measured += 1
+                totals[i] += self.cache[key]
+        return totals
+
+    def _time(self, kernel: TritonKernel, grid: tuple[sympy.Expr, ...], values: dict[sympy.Symbol, int],
+              buffers: list[Any]) -> float:
+        """Median milliseconds of one launch at `values`; infinity for a candidate that does not compile or
+        launch here (too much shared memory, say)."""
+        compiled = self.compiled.get(kernel.name)
+        if compiled is None or isinstance(compiled, Exception):
+            self.failures.append(f"{kernel.name}: {compiled}")
+            return float("inf")
+        torch = self.torch
+        symbols = self.program.symbols
+        args: list[Any] = [*buffers, *(values[symbols[i].expr] for i in kernel.symbols)]
+        if kernel.errors:
+            args.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
+        args += [v for _, v in kernel.constexprs]
+        blocks = tuple(evaluate(g, values) for g in grid)
+        if min(blocks) <= 0:
+            return 0.0
+        try:
+            launch = compiled[blocks]
+            launch(*args)
+            torch.cuda.synchronize()
+            return float(self.triton.testing.do_bench(lambda: launch(*args), warmup=5, rep=20, return_mode="median"))
+        except Exception as e:  # noqa: BLE001 - a candidate that cannot launch here is not chosen
+            self.failures.append(f"{kernel.name}: {type(e).__name__}: {str(e)[:200]}")
+            return float("inf")
+
+    def _buffer(self, name: str, values: dict[sympy.Symbol, int]):
+        """A buffer of random values (floating) or zeros (integers: indices stay in range) at `values`."""
+        torch = self.torch
+        buffer = self.program.buffers[name]
+        count = 1
+        for extent in buffer.shape:
+            count *= max(evaluate(extent, values), 1)
+        dtype = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,
+                 "int8": torch.int8, "uint8": torch.uint8, "bool": torch.int8}[buffer.dtype]
+        if is_float(buffer.dtype):
+            return torch.randn(count, device="cuda", dtype=torch.float32).to(dtype)
+        return torch.zeros(count, device="cuda", dtype=dtype)
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        part = self.path.with_suffix(f".{os.getpid()}.partial")
+        part.write_text(json.dumps(self.cache, sort_keys=True))
+        os.replace(part, self.path)
+        self.torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _timing_lock() -> Iterator[None]:
+    """One export times kernels on this machine at a time (exports running side by side would time each
+    other's kernels); compiling the candidates, before it, runs in parallel."""
+    path = knobs.cache_dir() / "tuning" / "timing.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _describe(config: Config) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.__dict__.items())
+
+
+def _read_cache(path: Path) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+

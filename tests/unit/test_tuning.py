@@ -1,0 +1,193 @@
+"""Tuning at export (lowering/backends/cuda/tuning.py) without a GPU: which buckets are tuned, the sizes they
+are timed at, that a choice reaches the kernels, grids and buckets of the library, that every candidate
+configuration computes the same result (Triton's interpreter), and when --tune is on. The timing itself
+runs on a GPU: tests/gpu/test_gpu_tuning.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import sympy
+import torch
+from aotpack.exporter import ModelSpec, capture, resolve_symbols
+from aotpack.lowering.backends.cuda import tuning
+from aotpack.lowering.backends.cuda.attention_config import attention_candidates
+from aotpack.lowering.backends.cuda.matmul_config import matmul_candidates, matmul_config
+from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.ir.kernels import AttentionKernel, MatmulKernel
+from aotpack.lowering.ir.symbolic import evaluate
+from aotpack.lowering.stages import lower
+from aotpack.lowering.targets import TargetError, parse_targets
+from interpreter import run_in_interpreter  # tests/unit/interpreter.py
+from torch import nn
+from torch.nn import functional as F
+
+HERE = Path(__file__).resolve().parent
+
+
+class Block(nn.Module):
+    """Projections and attention over a dynamic batch and sequence: the two tunable families."""
+
+    def __init__(self, dim: int, heads: int = 4):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=-1))
+        return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d))
+
+
+def lowered(dim: int, seq_max: int, dtype=torch.float16):
+    model = Block(dim).eval().to(dtype)
+    x = torch.randn(2, 8, dim, dtype=dtype)
+    spec = ModelSpec(HERE / "model.py", model, (x,), ("x",), {"x": {0: "b", 1: "s"}}, {"b": (1, 8), "s": (1, seq_max)})
+    plan = resolve_symbols(spec)
+    return lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
+
+
+class LastCandidate:
+    """Stands in for the GPU timer: the last candidate of every job is "fastest"."""
+
+    jobs: ClassVar[list] = []
+
+    def __init__(self, program, prelude, arch):
+        self.measured = self.cached = 0
+        self.failures: list[str] = []
+
+    def compile(self, jobs):
+        pass
+
+    def times(self, job):
+        LastCandidate.jobs.append(job)
+        return [float(len(job.candidates) - i) for i in range(len(job.candidates))]
+
+    def save(self):
+        pass
+
+
+def test_symbol_values_fit_the_size_by_lowering_the_widest_range_first():
+    b, s = sympy.symbols("b s", integer=True, positive=True)
+    ranges = {b: (1, 8), s: (1, 2048)}
+    assert tuning.symbol_values(b * s, 16384, ranges) == {b: 8, s: 2048}
+    assert tuning.symbol_values(b * s, 1280, ranges) == {b: 8, s: 160}
+    assert tuning.symbol_values(b * s, 4, ranges) == {b: 4, s: 1}  # seq at its least, then batch
+    assert tuning.symbol_values(s, 600, ranges) == {b: 8, s: 600}  # other symbols stay at their maxima
+
+
+def test_candidates_put_the_tables_choice_first_and_fit_the_product():
+    for m in (1, 16, 200, 2048, 16384):
+        candidates = matmul_candidates(m, 768, 768, "bfloat16", 90)
+        assert candidates[0] == matmul_config(m, 768, 768, "bfloat16", 90)
+        assert len(candidates) == len(set(candidates)) >= 2
+        assert all((c.bm == 16) == (m <= 16) and c.bk <= 768 for c in candidates), (m, candidates)
+    assert len(matmul_candidates(2048, 768, 768, "float32", 90)) == 1  # float32 keeps the table's tiles
+    assert all(c.bm <= 64 for c in attention_candidates(40, 40, 64, False))
+    assert len(attention_candidates(2048, 2048, 64, True)) == 1
+
+
+def test_buckets_of_a_render_are_the_deciding_sizes_it_covers():
+    program = lowered(64, 2048)
+    renderer = TritonRenderer(program, 90)
+    product = next(s for s in program.steps if isinstance(s, MatmulKernel))
+    assert renderer.bucket(product) == (8193, 16384)  # the whole-range kernel covers the top bucket
+    renderer._cap = (sympy.sympify(product.m), 2048)
+    assert renderer.bucket(product) == (513, 2048)
+    renderer._cap = (sympy.sympify(product.m), 16)
+    assert renderer.bucket(product) == (1, 16)
+
+
+def test_small_kernels_are_not_tuned():
+    LastCandidate.jobs = []
+    program = lowered(32, 64)
+    original = tuning.Timer
+    tuning.Timer = LastCandidate
+    try:
+        tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+    finally:
+        tuning.Timer = original
+    assert LastCandidate.jobs == []
+    assert tuned.source == render_triton_library(program, (90,)).source
+
+
+def render_triton_library_with(program, tuning_state):
+    from aotpack.lowering.codegen.library import render_library
+
+    return render_library(TritonRenderer(program, 90, tuning_state))
+
+
+def test_a_choice_reaches_the_kernel_its_grid_and_its_bucket(monkeypatch):
+    LastCandidate.jobs = []
+    program = lowered(512, 2048)
+    monkeypatch.setattr(tuning, "Timer", LastCandidate)
+    table = render_triton_library(program, (90,))
+    tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+    families = {type(job.kernel) for job in LastCandidate.jobs}
+    assert families == {MatmulKernel, AttentionKernel}, families
+    for job in LastCandidate.jobs:
+        config, kernel, grid = job.candidates[-1]
+        assert len(job.sizes) == 2 and all(v for v in job.sizes)
+        assert any(kernel.name == k.name for k in tuned.kernels), f"{kernel.name} chosen but not in the library"
+        assert all(kernel.name != k.name for k in table.kernels)
+        step = program.steps.index(job.kernel)
+        values = job.sizes[0]
+        size = evaluate(sympy.sympify(TritonRenderer(program).deciding_size(job.kernel)), values)
+        variants = tuned.variants_of(step)
+        runs = next((v for v in (variants.variants if variants else ()) if size <= v.upto), None)
+        name, launch = (runs.kernel, runs.launch) if runs else (tuned.step_kernels[step], tuned.step_launches[step])
+        assert name == kernel.name, f"step {step} at {size} runs {name}, not the tuned {kernel.name}"
+        assert [evaluate(g, values) for g in launch] == [evaluate(g, values) for g in grid]
+        blocks = dict(kernel.constexprs)
+        assert blocks["BM"] == config.bm and blocks["BN"] == config.bn and kernel.num_warps == config.num_warps
+
+
+RUN = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from triton_interp import run_program
+from test_tuning import Block, LastCandidate, lowered, render_triton_library_with
+from aotpack.lowering.backends.cuda import tuning
+from aotpack.lowering.backends.cuda.render import render_triton_library
+tuning.MIN_MICROSECONDS = 0.0  # every bucket tuned, at the sizes the interpreter can run
+tuning.Timer = LastCandidate
+torch.manual_seed(0)
+program = lowered(32, 64)
+table = render_triton_library(program, (90,))
+tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+weights = {k: v for k, v in program.weights.items()}
+report = {"jobs": len(LastCandidate.jobs)}
+for s in (1, 9, 40, 64):
+    x = torch.randn(2, s, 32, dtype=torch.float16)
+    plain, _ = run_program(program, table, [x])
+    other, _ = run_program(program, tuned, [x])
+    report[str(s)] = float((plain[0].float() - other[0].float()).abs().max() / plain[0].float().abs().max())
+print(json.dumps(report))
+"""
+
+
+def test_every_bucket_at_another_configuration_computes_the_same_result_in_the_triton_interpreter():
+    report = run_in_interpreter(RUN)
+    assert report.pop("jobs") >= 4  # products and attention, more than one bucket each
+    for seq, err in report.items():
+        assert err < 2e-3, f"seq {seq}: tuned and table kernels differ by {err} (relative)"
+
+
+def test_tune_defaults_to_the_local_gpu_and_refuses_without_one(monkeypatch):
+    from aotpack.lowering import targets
+
+    monkeypatch.setattr(targets, "local_cuda_arch", lambda: None)
+    assert parse_targets("cuda", "90", "x86-64-v3").cuda.tune is False
+    with pytest.raises(TargetError, match="no GPU that torch can use"):
+        parse_targets("cuda", "90", "x86-64-v3", tune=True)
+    with pytest.raises(TargetError, match="needs --target cuda"):
+        parse_targets("cpu", None, "x86-64-v3", tune=True)
+    monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)
+    assert parse_targets("cuda", None, "x86-64-v3").cuda.tune is True
+    assert parse_targets("cuda", "80,90", "x86-64-v3").cuda.tune is True  # configurations are chosen for sm_90
+    assert parse_targets("cuda", "80", "x86-64-v3").cuda.tune is False  # another architecture: the tables
+    assert parse_targets("cuda", None, "x86-64-v3", tune=False).cuda.tune is False
+    with pytest.raises(TargetError, match="sm_90 and the package's configurations are chosen for sm_80"):
+        parse_targets("cuda", "80", "x86-64-v3", tune=True)
