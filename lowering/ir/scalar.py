@@ -83,9 +83,12 @@ def _convert(value: Union[bool, int, float], dtype: str) -> Union[bool, int, flo
 
 
 def size_of(node: Node) -> int:
-    """Number of nodes in the expression tree (how much work inlining it into a consumer repeats)."""
+    """Number of nodes in the expression tree (how much work inlining it into a consumer repeats). Casts are
+    not counted: kernels compute half values in float32, so a cast is at most the register conversion every
+    half load and store makes anyway (addmm's bias add, two loads and an add, keeps its size with the casts
+    around its float32 product)."""
     if isinstance(node, Op):
-        return 1 + sum(size_of(a) for a in node.args)
+        return (node.name != "cast") + sum(size_of(a) for a in node.args)
     if isinstance(node, Load):
         return 1 + sum(size_of(i.value) for i in node.indirect)
     return 1
