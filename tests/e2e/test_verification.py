@@ -119,7 +119,20 @@ def test_cuda_targets_this_machine_cannot_run_are_said_not_verified(tmp_path, ru
         assert manifest["verification"]["not_verified"] == [
             {"target": "cuda", "reason": "no GPU here (no NVIDIA driver: libcuda.so.1 not found)"}]
         assert "not verified on cuda: no GPU here" in done.stderr.splitlines()[-2]
-        assert "not verified on cuda: no GPU here" in cli("inspect", str(path)).stdout
+        shown = cli("inspect", str(path)).stdout
+        assert "not verified on cuda: no GPU here" in shown
+        # no GPU to time kernels on: the tables chose, and the package and inspect say so
+        assert next(t for t in manifest["targets"] if t["kind"] == "cuda")["configurations"] == "tables"
+        assert "configurations from tables" in shown
+
+
+def test_tune_without_a_gpu_of_the_target_fails_before_the_export_starts(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --tune would tune")
+    done = cli("export", "examples/mlp/model.py", "--target", "cuda", "--tune", "-o", str(tmp_path / "m.aotpack"))
+    assert done.returncode != 0
+    assert "--tune times kernels on the local GPU, but this machine has no GPU that torch can use" in done.stderr
+    assert not (tmp_path / "m.aotpack").exists()
 
 
 class _Net(torch.nn.Module):
