@@ -139,3 +139,52 @@ def test_refit_of_a_bf16_export_with_the_same_dtype(tmp_path, runtime_build):
     with torch.no_grad():
         ref = model(x).numpy()
     assert rel_error(from_runtime(y, torch.bfloat16), ref) <= 2e-2  # bfloat16's 8 bits of mantissa
+
+
+class _LastCandidate:
+    """Stands in for the GPU timer of tuning at export: the last candidate of every bucket is fastest."""
+
+    def __init__(self, program, prelude, arch):
+        self.measured = self.cached = 0
+        self.failures: list[str] = []
+
+    def compile(self, jobs):
+        pass
+
+    def times(self, job):
+        return [float(len(job.candidates) - i) for i in range(len(job.candidates))]
+
+    def save(self):
+        pass
+
+
+def test_a_tuned_cuda_package_refits_with_the_model(tmp_path, monkeypatch, runtime_build):
+    """Tuning chose other configurations than refit's lowering (the tables) renders: refit compares the
+    kernels up to their configurations and keeps the package's cubins."""
+    pytest.importorskip("triton", reason="cross-compiling CUDA kernels needs Triton (pip install 'aotpack[cuda]')")
+    import aotpack.api
+    from aotpack.lowering import targets
+    from aotpack.lowering.backends.cuda import tuning
+    from aotpack.refit import refit_package
+
+    monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)  # as on a machine with an sm_90 GPU
+    monkeypatch.setattr(tuning, "Timer", _LastCandidate)
+    monkeypatch.setattr(tuning, "MIN_MICROSECONDS", 0.0)  # the small model's products are tuned too
+    package = tmp_path / "mlp.aotpack"
+    options = {"dynamic": ["batch=1..64"], "target": "cpu,cuda", "cuda_arch": "90", "dtype": "bf16"}  # half: tunable
+    aotpack.api.export_model_file(MLP, package, **options)
+    tuned = read_package(package)
+    assert next(t for t in tuned.manifest["targets"] if t["kind"] == "cuda")["configurations"] == "tuned"
+    monkeypatch.setattr(targets, "local_cuda_arch", lambda: None)
+    tables = tmp_path / "tables.aotpack"
+    aotpack.api.export_model_file(MLP, tables, **options)
+    assert read_package(tables).members[layout.CUDA_SOURCE] != tuned.members[layout.CUDA_SOURCE]
+
+    weights = tmp_path / "retrained.safetensors"
+    safetensors.torch.save_file(_retrained(steps=3).state_dict(), str(weights))
+    out = tmp_path / "refit.aotpack"
+    manifest = refit_package(package, weights, out, model_file=MLP, dtype="bf16")
+    assert manifest["verification"]["passed"] is True
+    new = read_package(out)
+    assert {n: d for n, d in new.members.items() if n != layout.WEIGHTS} == \
+        {n: d for n, d in tuned.members.items() if n != layout.WEIGHTS}
