@@ -100,7 +100,7 @@ def check_identity(name: str | None, version: str, metadata: Mapping[str, str] |
 def _build(captured: CapturedProgram, output: Path, name: str | None, version: str, dump_stages: Sequence[str],
            dump: Callable[[str, str], None] | None, verify: str, targets: Targets | None,
            report: progress.Progress, user_metadata: Mapping[str, str]) -> ExportResult:
-    from .verification import verify_package
+    from .verification import VerificationError, verify_package
 
     targets = targets or Targets(CpuTarget(knobs.cpu_isa()), None)
     lowered = run_stages(captured, targets, dump=dump, dump_stages=tuple(dump_stages))
@@ -137,7 +137,14 @@ def _build(captured: CapturedProgram, output: Path, name: str | None, version: s
             write_package(trial, manifest, members)
             what = "the examples and the ends and inside of each range" if verify == "range" else "the examples"
             with report.stage("verify", f"against PyTorch at {what}"):
-                record = verify_package(trial, captured, verify)
+                try:
+                    record = verify_package(trial, captured, verify)
+                except VerificationError as e:
+                    if targets.cuda is None or not targets.cuda.tune or " on cuda: " not in str(e):
+                        raise
+                    raise VerificationError(
+                        f"{e}\nIts CUDA kernels' configurations were tuned on this GPU; if it passes with "
+                        "`--no-tune` (the tables' configurations), please report both.") from e
             manifest = with_verification(manifest, record)
         finally:
             trial.unlink(missing_ok=True)

@@ -191,3 +191,28 @@ def test_tune_defaults_to_the_local_gpu_and_refuses_without_one(monkeypatch):
     assert parse_targets("cuda", None, "x86-64-v3", tune=False).cuda.tune is False
     with pytest.raises(TargetError, match="sm_90 and the package's configurations are chosen for sm_80"):
         parse_targets("cuda", "80", "x86-64-v3", tune=True)
+
+
+def test_a_tuned_package_that_fails_verification_on_the_gpu_points_at_no_tune(tmp_path, monkeypatch):
+    pytest.importorskip("triton", reason="cross-compiling CUDA kernels needs Triton (pip install 'aotpack[cuda]')")
+    import aotpack
+    import aotpack.verification
+    from aotpack.lowering import targets
+    from aotpack.verification import VerificationError
+
+    def fails_on_cuda(path, captured, mode):
+        raise VerificationError("the exported package does not reproduce the model, so it was not written:\n"
+                                "  at s=64 (max) on cuda: output 'output': rel err 9e-02")
+
+    monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)  # as on a machine with an sm_90 GPU
+    monkeypatch.setattr(tuning, "Timer", LastCandidate)
+    monkeypatch.setattr(aotpack.verification, "verify_package", fails_on_cuda)
+    model = Block(32).eval()
+    with pytest.raises(VerificationError, match="tuned on this GPU; if it passes with `--no-tune`"):
+        aotpack.export(model, (torch.randn(2, 8, 32),), tmp_path / "b.aotpack", dynamic_shapes={"x": {1: "s"}},
+                       ranges={"s": (1, 64)}, target="cuda", cuda_arch=(90,))
+    with pytest.raises(VerificationError) as plain:  # not tuned: the message as before
+        aotpack.export(model, (torch.randn(2, 8, 32),), tmp_path / "b.aotpack", dynamic_shapes={"x": {1: "s"}},
+                       ranges={"s": (1, 64)}, target="cuda", cuda_arch=(90,), tune=False)
+    assert "--no-tune" not in str(plain.value)
+    assert not (tmp_path / "b.aotpack").exists()
