@@ -314,8 +314,21 @@ class GraphLowering:
         if shared and size <= EXPANSION_INLINE_MAX_NODES and self._is_expansion(value, expr):
             return value
         if shared or size > INLINE_MAX_NODES:
-            return self.realize(value)
+            outputs = any(user.op == "output" for user in node.users)
+            return self.realize(value) if outputs else self._realize_narrow(value, expr)
         return value
+
+    def _realize_narrow(self, value: TensorValue, expr: scalar.Node) -> TensorValue:
+        """`value` stored. A half value widened to float32 (a norm's `x.float()`, read by its mean, its variance
+        and the normalisation) is stored in the half type and widened by its readers: the model holds that
+        value rounded to half (torch stores x before casting it), and the readers read half the bytes. A
+        matrix product reads it through its expression (linalg._operand), without a float32 copy."""
+        if not (isinstance(expr, scalar.Op) and expr.name == "cast" and value.dtype == "float32"
+                and expr.args[0].dtype in ("float16", "bfloat16")):
+            return self.realize(value)
+        loader = value.loader
+        narrow = self.realize(TensorValue(expr.args[0].dtype, value.shape, lambda idx: loader(idx).args[0]))
+        return TensorValue(value.dtype, value.shape, lambda idx: scalar.cast(narrow.loader(idx), value.dtype))
 
     def _is_expansion(self, value: TensorValue, expr: scalar.Node) -> bool:
         """Whether `value` has EXPANSION_MIN_RATIO times more elements than the buffers it reads, together,

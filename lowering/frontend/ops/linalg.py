@@ -10,7 +10,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ....errors import UnsupportedError
 from ...ir.kernels import GatheredOperand, MatmulKernel, Operand, StridedView, operand_vars
-from ...ir.scalar import Const, IndexValue, Op, cast
+from ...ir.scalar import Const, IndexValue, Load, Op, cast
 from .. import values as V
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
@@ -38,11 +38,16 @@ def can_gather(operand_dtype: str, out_dtype: str) -> bool:
 
 def _operand(ctx: GraphLowering, x: TensorValue, gather: bool, out_dtype: str) -> Operand:
     """x as a [batch, rows, cols] operand: a strided view of memory, or with `gather` a lazy x's own
-    expression, which the kernel evaluates tile by tile instead of reading a buffer written for it first."""
-    if x.view is not None or not gather or not can_gather(x.dtype, out_dtype):
-        return _batched_view(ctx, x)
+    expression, which the kernel evaluates tile by tile instead of reading a buffer written for it first.
+    A widened load (a half value stored narrow and read as float32, graph.py `_realize_narrow`) is always
+    gathered: writing a float32 copy for the product would undo storing it narrow."""
     g0, g1, g2 = operand_vars()
-    return GatheredOperand(cast(x.loader((g0, g1, g2) if x.rank == 3 else (g1, g2)), x.dtype))
+    element = x.loader((g0, g1, g2) if x.rank == 3 else (g1, g2)) if x.view is None else None
+    widened = (isinstance(element, Op) and element.name == "cast" and isinstance(element.args[0], Load)
+               and not element.args[0].indirect)
+    if x.view is not None or not (gather or widened) or not can_gather(x.dtype, out_dtype):
+        return _batched_view(ctx, x)
+    return GatheredOperand(cast(element, x.dtype))
 
 
 def matmul(ctx: GraphLowering, node: torch.fx.Node, a: TensorValue, b: TensorValue) -> TensorValue:
