@@ -9,6 +9,7 @@ import safetensors.torch
 import torch
 from aotpack.packages import layout
 from aotpack.packages.reader import read_package
+from tuning_stub import LastCandidateTimer  # tests/tuning_stub.py
 
 from .exports import AOTPACK, MLP, load_mlp, rel_error, run
 
@@ -141,23 +142,6 @@ def test_refit_of_a_bf16_export_with_the_same_dtype(tmp_path, runtime_build):
     assert rel_error(from_runtime(y, torch.bfloat16), ref) <= 2e-2  # bfloat16's 8 bits of mantissa
 
 
-class _LastCandidate:
-    """Stands in for the GPU timer of tuning at export: the last candidate of every bucket is fastest."""
-
-    def __init__(self, program, prelude, arch):
-        self.measured = self.cached = 0
-        self.failures: list[str] = []
-
-    def compile(self, jobs):
-        pass
-
-    def times(self, job):
-        return [float(len(job.candidates) - i) for i in range(len(job.candidates))]
-
-    def save(self):
-        pass
-
-
 def test_a_tuned_cuda_package_refits_with_the_model(tmp_path, monkeypatch, runtime_build):
     """Tuning chose other configurations than refit's lowering (the tables) renders: refit compares the
     kernels up to their configurations and keeps the package's cubins."""
@@ -168,7 +152,7 @@ def test_a_tuned_cuda_package_refits_with_the_model(tmp_path, monkeypatch, runti
     from aotpack.refit import refit_package
 
     monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)  # as on a machine with an sm_90 GPU
-    monkeypatch.setattr(tuning, "Timer", _LastCandidate)
+    monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
     monkeypatch.setattr(tuning, "MIN_MICROSECONDS", 0.0)  # the small model's products are tuned too
     package = tmp_path / "mlp.aotpack"
     options = {"dynamic": ["batch=1..64"], "target": "cpu,cuda", "cuda_arch": "90", "dtype": "bf16"}  # half: tunable

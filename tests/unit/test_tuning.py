@@ -6,7 +6,6 @@ runs on a GPU: tests/gpu/test_gpu_tuning.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import sympy
@@ -24,6 +23,7 @@ from aotpack.lowering.targets import TargetError, parse_targets
 from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 from torch.nn import functional as F
+from tuning_stub import LastCandidateTimer  # tests/tuning_stub.py
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,26 +47,6 @@ def lowered(dim: int, seq_max: int, dtype=torch.float16):
     spec = ModelSpec(HERE / "model.py", model, (x,), ("x",), {"x": {0: "b", 1: "s"}}, {"b": (1, 8), "s": (1, seq_max)})
     plan = resolve_symbols(spec)
     return lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
-
-
-class LastCandidate:
-    """Stands in for the GPU timer: the last candidate of every job is "fastest"."""
-
-    jobs: ClassVar[list] = []
-
-    def __init__(self, program, prelude, arch):
-        self.measured = self.cached = 0
-        self.failures: list[str] = []
-
-    def compile(self, jobs):
-        pass
-
-    def times(self, job):
-        LastCandidate.jobs.append(job)
-        return [float(len(job.candidates) - i) for i in range(len(job.candidates))]
-
-    def save(self):
-        pass
 
 
 def test_symbol_values_fit_the_size_by_lowering_the_widest_range_first():
@@ -101,15 +81,15 @@ def test_buckets_of_a_render_are_the_deciding_sizes_it_covers():
 
 
 def test_small_kernels_are_not_tuned():
-    LastCandidate.jobs = []
+    LastCandidateTimer.jobs = []
     program = lowered(32, 64)
     original = tuning.Timer
-    tuning.Timer = LastCandidate
+    tuning.Timer = LastCandidateTimer
     try:
         tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
     finally:
         tuning.Timer = original
-    assert LastCandidate.jobs == []
+    assert LastCandidateTimer.jobs == []
     assert tuned.source == render_triton_library(program, (90,)).source
 
 
@@ -120,14 +100,14 @@ def render_triton_library_with(program, tuning_state):
 
 
 def test_a_choice_reaches_the_kernel_its_grid_and_its_bucket(monkeypatch):
-    LastCandidate.jobs = []
+    LastCandidateTimer.jobs = []
     program = lowered(512, 2048)
-    monkeypatch.setattr(tuning, "Timer", LastCandidate)
+    monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
     table = render_triton_library(program, (90,))
     tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
-    families = {type(job.kernel) for job in LastCandidate.jobs}
+    families = {type(job.kernel) for job in LastCandidateTimer.jobs}
     assert families == {MatmulKernel, AttentionKernel}, families
-    for job in LastCandidate.jobs:
+    for job in LastCandidateTimer.jobs:
         config, kernel, grid = job.candidates[-1]
         assert len(job.sizes) == 2 and all(v for v in job.sizes)
         assert any(kernel.name == k.name for k in tuned.kernels), f"{kernel.name} chosen but not in the library"
@@ -146,19 +126,20 @@ def test_a_choice_reaches_the_kernel_its_grid_and_its_bucket(monkeypatch):
 
 RUN = r"""
 import json, sys, torch
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/.."]
 from triton_interp import run_program
-from test_tuning import Block, LastCandidate, lowered, render_triton_library_with
+from test_tuning import Block, lowered, render_triton_library_with
+from tuning_stub import LastCandidateTimer
 from aotpack.lowering.backends.cuda import tuning
 from aotpack.lowering.backends.cuda.render import render_triton_library
 tuning.MIN_MICROSECONDS = 0.0  # every bucket tuned, at the sizes the interpreter can run
-tuning.Timer = LastCandidate
+tuning.Timer = LastCandidateTimer
 torch.manual_seed(0)
 program = lowered(32, 64)
 table = render_triton_library(program, (90,))
 tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
 weights = {k: v for k, v in program.weights.items()}
-report = {"jobs": len(LastCandidate.jobs)}
+report = {"jobs": len(LastCandidateTimer.jobs)}
 for s in (1, 9, 40, 64):
     x = torch.randn(2, s, 32, dtype=torch.float16)
     plain, _ = run_program(program, table, [x])
@@ -205,7 +186,7 @@ def test_a_tuned_package_that_fails_verification_on_the_gpu_points_at_no_tune(tm
                                 "  at s=64 (max) on cuda: output 'output': rel err 9e-02")
 
     monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)  # as on a machine with an sm_90 GPU
-    monkeypatch.setattr(tuning, "Timer", LastCandidate)
+    monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
     monkeypatch.setattr(aotpack.verification, "verify_package", fails_on_cuda)
     model = Block(32).eval()
     with pytest.raises(VerificationError, match="tuned on this GPU; if it passes with `--no-tune`"):
