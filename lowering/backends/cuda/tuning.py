@@ -135,6 +135,7 @@ def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning |
         timer.compile(list(tuning.jobs.values()))
         with _timing_lock():
             times = {key: timer.times(job) for key, job in tuning.jobs.items()}
+            timer.save()  # under the lock: merged with what exports beside this one saved meanwhile
         for key, job in tuning.jobs.items():
             totals = times[key]
             fastest = min(range(len(totals)), key=lambda i: (totals[i], i))
@@ -144,7 +145,6 @@ def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning |
                             f"{_describe(job.candidates[0][0])} {totals[0]:.4f} ms -> "
                             f"{_describe(job.candidates[fastest][0])} {totals[fastest]:.4f} ms (summed over "
                             f"{len(job.sizes)} sizes)")
-        timer.save()
         if timer.failures:
             report.line(f"note: {len(timer.failures)} tuning candidates could not run here and were not chosen; "
                         f"the first: {timer.failures[0]}")
@@ -239,9 +239,10 @@ class Timer:
         return torch.zeros(count, device="cuda", dtype=dtype)
 
     def save(self) -> None:
+        """The cache file with this export's times added (callers hold the timing lock)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         part = self.path.with_suffix(f".{os.getpid()}.partial")
-        part.write_text(json.dumps(self.cache, sort_keys=True))
+        part.write_text(json.dumps({**_read_cache(self.path), **self.cache}, sort_keys=True))
         os.replace(part, self.path)
         self.torch.cuda.empty_cache()
 
