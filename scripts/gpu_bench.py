@@ -20,6 +20,8 @@ per call of
 
 Every package is exported once, through the public pipeline with verification on (aotpack.api.export_model_file,
 as `aotpack export --dtype bf16 --target cuda` runs it), the three in parallel processes before any timing.
+Exporting on the GPU machine tunes the kernels (lowering/backends/cuda/tuning.py; the exports take turns to
+time them): OUT_DIR/export_<model>.log lists each bucket the tuning changed, with both times.
 Results are written as they come: OUT_DIR/bench_gpu.json, OUT_DIR/bench_gpu.md (the table) and
 OUT_DIR/latency_vs_seq.png (matplotlib, where importable; the JSON says why not). Work beyond --budget-s
 seconds (torch.compile's compiles are the slow part) is skipped and marked so, so the run ends in time.
