@@ -23,3 +23,6 @@ class LastCandidateTimer:
 
     def save(self):
         pass
+
+    def release(self):
+        pass

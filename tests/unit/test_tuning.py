@@ -201,11 +201,9 @@ def test_a_tuned_package_that_fails_verification_on_the_gpu_points_at_no_tune(tm
 
 def test_saved_times_keep_what_exports_beside_this_one_saved(tmp_path):
     import json
-    from types import SimpleNamespace
 
     timer = object.__new__(tuning.Timer)  # no GPU here: only the cache file's handling
     timer.path, timer.cache = tmp_path / "tuning" / "gpu.json", {"mine": 0.25}
-    timer.torch = SimpleNamespace(cuda=SimpleNamespace(empty_cache=lambda: None))
     timer.path.parent.mkdir()
     timer.path.write_text(json.dumps({"theirs": 0.5}))
     timer.save()

@@ -94,15 +94,15 @@ class TritonRenderer(KernelRenderer):
         choice first; empty: not tunable."""
         if isinstance(kernel, MatmulKernel):
             return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
-                                     self.operand_dtype(kernel), self.arch)
+                                     self.operand_dtype(kernel.a), self.arch)
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
                                         kernel.dtype == "float32")
         return []
 
-    def operand_dtype(self, kernel: MatmulKernel) -> str:
-        a = kernel.a
-        return a.dtype if isinstance(a, GatheredOperand) else self.program.buffers[a.buffer].dtype
+    def operand_dtype(self, operand: Operand) -> str:
+        """A matrix product operand's element type (a product's output may be wider: addmm's float32)."""
+        return operand.dtype if isinstance(operand, GatheredOperand) else self.program.buffers[operand.buffer].dtype
 
     def render(self, kernel: Kernel) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """The kernel at the table's configuration, or at the one tuning chose for its bucket."""
@@ -338,16 +338,11 @@ class TritonRenderer(KernelRenderer):
         arg_names, sym_names = self.names(k)
         writer = body_writer(arg_names, sym_names, "")
 
-        def dtype_of(operand: Operand) -> str:
-            if isinstance(operand, GatheredOperand):
-                return operand.dtype
-            return self.program.buffers[operand.buffer].dtype
-
-        dtypes = {dtype_of(k.a), dtype_of(k.b), k.dtype}
+        dtypes = {self.operand_dtype(k.a), self.operand_dtype(k.b), k.dtype}
         if not dtypes <= {"float32", "float16", "bfloat16", "float64"}:
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
-        operand_dtype = dtype_of(k.a)  # the output may be wider (float32 for addmm's one rounding)
+        operand_dtype = self.operand_dtype(k.a)
         config = self._forced if isinstance(self._forced, MatmulConfig) else matmul_config(
             self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch)
         bm, bn, bk = config.bm, config.bn, config.bk

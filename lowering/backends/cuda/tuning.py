@@ -90,14 +90,13 @@ class Tuning:
 
 def estimated_microseconds(renderer: TritonRenderer, kernel: Kernel) -> float:
     """A roofline estimate of the kernel's time at its bucket's largest sizes."""
-    size = DTYPES[kernel.dtype].itemsize if kernel.dtype in DTYPES else 2
     if isinstance(kernel, MatmulKernel):
-        size = DTYPES[renderer.operand_dtype(kernel)].itemsize
+        size = DTYPES[renderer.operand_dtype(kernel.a)].itemsize
         b, m, n, k = (renderer.max(e) for e in (kernel.batch, kernel.m, kernel.n, kernel.k))
         flops, moved = 2 * b * m * n * k, size * b * (m * k + k * n + m * n)
     elif isinstance(kernel, AttentionKernel):
         b, h, q, kv = (renderer.max(e) for e in (kernel.batch, kernel.heads, kernel.q_len, kernel.kv_len))
-        d, dv = int(kernel.head_dim), int(kernel.value_dim)
+        d, dv, size = int(kernel.head_dim), int(kernel.value_dim), DTYPES[kernel.dtype].itemsize
         flops = 2 * b * h * q * kv * (d + dv) * (0.5 if kernel.causal else 1.0)
         moved = size * b * h * (q * d + kv * (d + dv) + q * dv)
     else:
@@ -136,6 +135,7 @@ def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning |
         with _timing_lock():
             times = {key: timer.times(job) for key, job in tuning.jobs.items()}
             timer.save()  # under the lock: merged with what exports beside this one saved meanwhile
+        timer.release()
         for key, job in tuning.jobs.items():
             totals = times[key]
             fastest = min(range(len(totals)), key=lambda i: (totals[i], i))
@@ -231,12 +231,14 @@ class Timer:
         count = 1
         for extent in buffer.shape:
             count *= max(evaluate(extent, values), 1)
-        dtype = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-                 "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "int16": torch.int16,
-                 "int8": torch.int8, "uint8": torch.uint8, "bool": torch.int8}[buffer.dtype]
+        dtype = torch.int8 if buffer.dtype == "bool" else getattr(torch, buffer.dtype)  # kernels take bool as i8
         if is_float(buffer.dtype):
             return torch.randn(count, device="cuda", dtype=torch.float32).to(dtype)
         return torch.zeros(count, device="cuda", dtype=dtype)
+
+    def release(self) -> None:
+        """The candidates' buffers given back, for verification and the exports beside this one."""
+        self.torch.cuda.empty_cache()
 
     def save(self) -> None:
         """The cache file with this export's times added (callers hold the timing lock)."""
@@ -244,7 +246,6 @@ class Timer:
         part = self.path.with_suffix(f".{os.getpid()}.partial")
         part.write_text(json.dumps({**_read_cache(self.path), **self.cache}, sort_keys=True))
         os.replace(part, self.path)
-        self.torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager
