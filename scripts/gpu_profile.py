@@ -1,14 +1,16 @@
 """Where a CUDA package's time goes: GPU time per kernel family of one run, through torch.profiler (CUPTI
 sees the runtime's launches, made in the same process through ctypes).
 
-    python scripts/gpu_profile.py MODEL BATCH SEQ [DTYPE]     # MODEL: an example's folder name, e.g. bert
+    python scripts/gpu_profile.py MODEL BATCH SEQ [DTYPE] [--no-tune] [--all]   # MODEL: an example's folder, e.g. bert
 
-Exports examples/MODEL at its full size for the local GPU, runs it a few times, then prints the GPU time of
-each kernel family (attention, matmul, pointwise, reduction, ...) and the slowest kernels.
+Exports examples/MODEL at its full size for the local GPU (tuned unless --no-tune), runs it a few times, then
+prints the GPU time of each kernel family (attention, matmul, pointwise, reduction, ...) and the slowest
+kernels; --all also prints every kernel of one run in launch order.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -28,15 +30,23 @@ def main() -> int:
     from aotpack.verification import to_numpy
     from gpu_acceptance import example_module, make_inputs  # this script's neighbour: the same inputs
 
-    name, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("batch", type=int)
+    parser.add_argument("seq", type=int)
+    parser.add_argument("dtype", nargs="?", default="bf16")
+    parser.add_argument("--no-tune", action="store_true")
+    parser.add_argument("--all", action="store_true")
+    args = parser.parse_args()
+    name, batch, seq, dtype = args.model, args.batch, args.seq, args.dtype
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
-    plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 2)}"))
+    plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 16)}"))
     major, minor = torch.cuda.get_device_capability(0)
     path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
     with progress.reporting(progress.Progress(print)):  # the export's stages, and what tuning chose
         export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=dtype,
-                    cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor))
+                    cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor),
+                    tune=False if args.no_tune else None)
     package = read_package(path)
     steps = package.program.sections["cuda"]["steps"]
     kernels = package.program.sections["cuda"]["kernels"]  # the exported kernels, tuned or from the tables
@@ -52,6 +62,7 @@ def main() -> int:
         torch.cuda.synchronize()
     per_family: dict[str, float] = defaultdict(float)
     per_kernel: dict[str, list[float]] = defaultdict(list)
+    timeline: list[tuple[float, str, float]] = []
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
             continue
@@ -59,6 +70,7 @@ def main() -> int:
         kind = family.get(event.name, "copy" if "memcpy" in event.name.lower() else event.name[:40])
         per_family[kind] += us
         per_kernel[f"{kind} {event.name}"].append(us)
+        timeline.append((event.time_range.start, f"{kind} {event.name}", us))
     total = sum(per_family.values())
     print(f"{name} batch {batch} seq {seq} {dtype}: {total / 1e3:.2f} ms of GPU time in {len(steps)} steps "
           "")
@@ -67,6 +79,10 @@ def main() -> int:
     print("  slowest kernels (total ms, calls):")
     for key, times in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))[:8]:
         print(f"    {sum(times) / 1e3:8.2f} ms  x{len(times):<3} {key} {shapes.get(key.split()[-1], '')}")
+    if args.all:
+        print("  every kernel in launch order (us):")
+        for _, key, us in sorted(timeline):
+            print(f"    {us:8.1f}  {key} {shapes.get(key.split()[-1], '')}")
     return 0
 
 
