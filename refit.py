@@ -97,7 +97,10 @@ def _plan_up_to_configurations(program: dict[str, Any]) -> bytes:
 def _kernel_bodies(source: str) -> set[str]:
     """A CUDA library's kernels up to their names and block configurations: tuning at export may have chosen
     other configurations than refit's lowering (the tables'), and the refit package keeps the old cubins."""
-    return set(re.sub(r"\bt_[0-9a-f]{16}\b", "t_", source).split("\n@triton.jit\n"))
+    chunks = re.sub(r"\bt_[0-9a-f]{16}\b", "t_", source).split("\n@triton.jit\n")
+    # A chunk ends with the comment header of the kernel after it, which depends on which kernel follows:
+    # tuning may have made two buckets' kernels one (or one two), so the neighbours differ.
+    return {re.sub(r"(\n(#[^\n]*)?)*\Z", "", chunk) for chunk in chunks}
 
 
 def _dtype(t: torch.Tensor) -> str:

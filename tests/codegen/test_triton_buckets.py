@@ -116,3 +116,39 @@ def test_each_bucket_computes_the_product_in_the_triton_interpreter():
     assert report.pop("kernels") >= 2
     for rows, (errors, worst) in report.items():
         assert errors == [] and worst < 1e-3, f"{rows} rows: {errors} {worst}"
+
+
+RUN_DEEP_K = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1]]
+from triton_interp import run_program
+from test_triton_buckets import _linear
+from aotpack.lowering.backends.cuda.render import render_triton_library
+from aotpack.lowering.ir.symbolic import size_symbol
+program = _linear(size_symbol("s"), 96, 1500, "float16", 600)  # the interpreter has no bfloat16 (numpy)
+library = render_triton_library(program, (90,))
+few = library.variants_of(0).variants[0]
+report = {"few_rows": [few.upto, dict(next(k for k in library.kernels if k.name == few.kernel).constexprs)["BK"]]}
+torch.manual_seed(0)
+w = program.weights["w"] = torch.randn(96, 1500).to(torch.float16)
+for rows in (1, 16, 17):
+    x = torch.randn(rows, 1500).to(torch.float16)
+    outs, errors = run_program(program, library, [x])
+    ref = x.float() @ w.float().T
+    report[rows] = [errors, float((outs[0].float() - ref).abs().max() / ref.abs().max())]
+print(json.dumps(report))
+"""
+
+
+def test_few_row_products_take_a_deep_k_step_and_mask_its_tail():
+    """A half product with few rows whose narrowest tiles still leave the grid short of the GPU's SMs steps
+    512 deep through K (matmul_config.py); K = 1500 is not a multiple of it, so the last step is masked."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", RUN_DEEP_K, str(HERE)], check=False, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report.pop("few_rows") == [16, 512]
+    for rows, (errors, worst) in report.items():
+        assert errors == [] and worst < 2e-3, f"{rows} rows: {errors} {worst}"

@@ -6,7 +6,10 @@ The rule aims at the two regimes a declared range spans:
 - Few rows (up to 16): the product reads each weight once and is bound by memory and by how many SMs take
   part. 16-row tiles (tl.dot's smallest), as wide as still gives the grid a program per two SMs, with a deep
   K step (128) to keep bytes in flight. The full-range tile (128 x 128) at M = 1 gives GPT-2's 768-column
-  products 6 programs on a 132-SM H200: the weights then stream through 6 SMs.
+  products 6 programs on a 132-SM H200: the weights then stream through 6 SMs. Where even the narrowest
+  tile leaves the grid short of that (768 or 1024 columns), each program streams a longer slice of the
+  weights, and its K loop's serial load latency dominates: a deeper K step (256, or 512 past K = 1024)
+  halves or quarters the loop's trips.
 - More rows: the largest tile (up to 128 x 256, 8 warps, 3 stages: the tensor cores' regime) that still
   gives the grid a program per two SMs.
 
@@ -60,15 +63,23 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None) -> Matmu
     tiles = WIDE_TILES if wide else HALF_TILES
     fits = [t for t in tiles if t[0] <= max(16, _pow2(m)) and t[1] <= max(16, _pow2(n)) and (t[0] == 16) == (m <= 16)]
     fits = fits or [t for t in tiles if t[1] <= max(16, _pow2(n))]  # fewer than 32 columns: 16-wide tiles
-    bm, bn, bk, warps, stages = next((t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2), fits[-1])
+    enough = [t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2]
+    bm, bn, bk, warps, stages = enough[0] if enough else fits[-1]
+    if m <= 16 and not enough and not wide:
+        # H200, scripts/gpu_matmul_bench.py --sweep --rows 1,16 (weights read from DRAM): GPT-2's MLP down
+        # (768 x 3072) 9.2 -> 7.1 us at BK 512, its attention output (768 x 768) 3.5 -> 3.4 and the Llama
+        # shape's q (1024 x 1024) 4.0 -> 3.7 at BK 256; tiles with enough programs were as fast at BK 128.
+        bk, stages = (256, 4) if k <= 1024 else (512, 3)
     return MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
 
 
 # Tiles tuning times besides the table's choice (half operands): the table's own tiles, taller and deeper
 # variants of the large ones (the Hopper regime between 512 and 16384 rows, where the table's tiles ran at
-# 62-94% of cuBLAS), and 4-warp versions of the medium ones. (BM, BN, BK, warps, stages).
+# 62-94% of cuBLAS), 4-warp versions of the medium ones, and deeper K steps of the few-row ones (the
+# fastest at 5 of the sweep's 12 few-row points). (BM, BN, BK, warps, stages).
 HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
-                   (128, 128, 128, 8, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (64, 128, 64, 4, 3))
+                   (128, 128, 128, 8, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (64, 128, 64, 4, 3),
+                   (16, 16, 256, 4, 4), (16, 16, 512, 4, 3), (16, 32, 256, 4, 4), (16, 32, 512, 4, 3))
 
 
 def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None) -> list[MatmulConfig]:
