@@ -98,6 +98,15 @@ CASES = {
                          "float32")],
         [Buffer("x", "float32", (n, sympy.Integer(48)), "input", "x"), Buffer("pad", "float32", (n,), "input", "pad"),
          Buffer("out", "float32", (sympy.Integer(1), n, sympy.Integer(2), sympy.Integer(8)), "output", "output")]),
+    # attention under an additive padding mask of the key alone (transformers' finfo.min past each length): the
+    # Triton kernel scans for the key blocks the mask leaves a score in and walks only those
+    "attention_padding": _program(
+        [AttentionKernel("out", *(StridedView("x", sympy.Integer(16 * part), (48 * n, sympy.Integer(8), sympy.Integer(48),
+                                                                                sympy.Integer(1))) for part in range(3)),
+                         sympy.Integer(1), sympy.Integer(2), sympy.Integer(2), n, n, sympy.Integer(8), sympy.Integer(8),
+                         0.35, False, Load("pad", index_var("i", 3), "float32"), "float32")],
+        [Buffer("x", "float32", (n, sympy.Integer(48)), "input", "x"), Buffer("pad", "float32", (n,), "input", "pad"),
+         Buffer("out", "float32", (sympy.Integer(1), n, sympy.Integer(2), sympy.Integer(8)), "output", "output")]),
     # causal attention with its diagonal at j <= i + n: n queries after n keys of a memory (keys 2n long), no mask
     "attention_causal_diagonal": _program(
         [AttentionKernel("out", StridedView("x", sympy.Integer(0), (16 * n, sympy.Integer(8), sympy.Integer(16),

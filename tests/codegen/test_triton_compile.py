@@ -149,3 +149,63 @@ def test_causal_diagonals_of_masks_built_from_positions_in_the_triton_interprete
         "diagonal_plus_2 causal": ["2"], "diagonal_minus_1_padding causal": ["-1"], "keys_past_a_memory causal": ["seq"]}
     runs = {k: v for k, v in report.items() if not k.endswith(" causal")}
     assert len(runs) == 6 and all(not errors and rel <= 1e-5 for errors, rel in runs.values()), report
+
+
+DEAD_KEYS = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from triton_interp import run_program
+from test_attention import HERE, _dead_block_pad as pads, attention_model
+from aotpack.exporter import ModelSpec, capture, resolve_symbols
+from aotpack.lowering.backends.cuda import render
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.verification import relative_error
+
+report = {}
+scanning = render.skips_dead_keys
+for name in ("padding_additive", "padding_bool"):
+    torch.manual_seed(0)
+    model = attention_model(name)
+    spec = ModelSpec(HERE, model, (torch.randn(5, 8, 16), pads(8)), ("x", "pad"),
+                     {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 160)})
+    plan = resolve_symbols(spec)
+    program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+    skipping = render.render_triton_library(program)
+    render.skips_dead_keys = lambda kernel: False
+    walking = render.render_triton_library(program)
+    render.skips_dead_keys = scanning
+    x = torch.randn(5, 150, 16)
+    inputs = [x, pads(150)]
+    with torch.no_grad():
+        ref = model(*inputs)
+    (skipped,), errors = run_program(program, skipping, inputs)
+    (walked,), more_errors = run_program(program, walking, inputs)
+    # NaN in the keys and values of sequence 1's dead blocks (positions 64 on): the walking kernel's zero
+    # weights times NaN give NaN in its live rows; the kernel that skips the blocks never reads them.
+    x[1, 64:] = float("nan")
+    (skipped_nan,), _ = run_program(program, skipping, [x, pads(150)])
+    (walked_nan,), _ = run_program(program, walking, [x, pads(150)])
+    report[name] = {"scans": "live_lo" in skipping.source and "live_lo" not in walking.source,
+                    "errors": errors + more_errors, "identical": bool(torch.equal(skipped, walked)),
+                    "rel": relative_error(skipped.numpy(), ref.numpy()),
+                    "skipped": bool(torch.isfinite(skipped_nan[1, :10]).all() and walked_nan[1, :10].isnan().any())}
+print(json.dumps(report))
+"""
+
+
+def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
+    """A mask of the key alone (padding, boolean or transformers' additive finfo.min) lets the kernel walk
+    only the key blocks it leaves a score in (render.skips_dead_keys): right and left padding, a hole inside
+    the live keys, and a sequence with every key masked (walked whole: eager's uniform weights under the
+    additive mask, zeros under the boolean one), 150 keys in blocks of 64. The result is the walking
+    kernel's, bit for bit, and eager's."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", DEAD_KEYS, str(HERE), str(HERE.parent / "e2e")],
+                            check=False, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(report) == {"padding_additive", "padding_bool"}
+    for name, run in report.items():
+        assert run["scans"] and not run["errors"] and run["identical"] and run["rel"] <= 1e-5, (name, run)
+        assert run["skipped"], (name, run)

@@ -42,6 +42,8 @@ class SelfAttention(nn.Module):
         mask = None
         if self.mask == "padding_bool":  # [b, 1, 1, s]: keys past each row's length masked
             mask = (pad > 0)[:, None, None, :]
+        elif self.mask == "padding_additive":  # [b, 1, 1, s] as transformers builds it: finfo.min past the length
+            mask = (1.0 - pad)[:, None, None, :] * torch.finfo(torch.float32).min
         elif self.mask == "additive_2d":  # [s, s], shared by every batch and head
             mask = pad[0][:, None] - pad[0][None, :]
         elif self.mask == "all_masked_rows":  # whole query rows masked: eager gives zeros there
@@ -55,6 +57,7 @@ CASES = {
     # name: (heads, kv_heads, dim, value_dim, causal, mask, scale)
     "causal": (4, 4, 64, 64, True, None, None),
     "padding_bool": (2, 2, 32, 32, False, "padding_bool", None),
+    "padding_additive": (2, 2, 32, 32, False, "padding_additive", None),
     "additive_2d_scale": (2, 2, 16, 16, False, "additive_2d", 0.3),
     "all_masked_rows": (2, 2, 16, 16, False, "all_masked_rows", None),
     "gqa_causal_dim80": (6, 2, 80, 80, True, None, None),
@@ -124,6 +127,14 @@ def _pad(batch: int, seq: int) -> torch.Tensor:
     """Per-row lengths as a 0/1 float mask; the first row is full, the others shorter (at least 1)."""
     lengths = [seq] + [max(1, seq - 5 * r) for r in range(1, batch)]
     return torch.tensor([[1.0 if j < n else 0.0 for j in range(seq)] for n in lengths])
+
+
+def _dead_block_pad(seq: int, empty: bool = True) -> torch.Tensor:
+    """Five rows of padding with whole blocks of keys masked at 150 keys: full, the first 10 keys, keys 100
+    on (left padding), none (the first 10 instead unless `empty`), and the first and last 10 (a hole inside
+    the live keys)."""
+    live = [range(seq), range(10), range(100, seq), range(0 if empty else 10), [*range(10), *range(seq - 10, seq)]]
+    return torch.tensor([[1.0 if j in keys else 0.0 for j in range(seq)] for keys in live])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -429,10 +429,11 @@ class TritonRenderer(KernelRenderer):
 
         writer = body_writer(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero",
                                   guard=guard)
-        score = "s"
+        score, live = "s", None
         if k.mask is not None:
             mask = writer.value(k.mask)
             score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
+            live = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) > {DEAD_SCORE!r}"
         head_dim, value_dim = int(k.head_dim), int(k.value_dim)
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
@@ -451,7 +452,7 @@ class TritonRenderer(KernelRenderer):
         data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
                 "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
-                "mask": k.mask is not None,
+                "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
@@ -461,6 +462,23 @@ class TritonRenderer(KernelRenderer):
             data[name] = self.view(view, writer)
             data[f"{name}_name"] = arg_names[view.buffer]
         return data
+
+
+# An additive mask value at or below this removes its score exactly: s + mask - max underflows exp to 0 for
+# any score a float32 dot product of real data gives (|s| far below 1e29). Masks built as finfo(float32 or
+# bfloat16).min (Hugging Face's) or -inf are; float16's min (-65504) is not taken as one.
+DEAD_SCORE = -1e30
+
+
+def skips_dead_keys(k: AttentionKernel) -> bool:
+    """Whether the kernel first finds the key blocks its mask leaves a score in, and walks only those: for a
+    mask of the key alone (padding), not causal (whose blocks are bounded already). Skipping a block in which
+    every score is masked is exact for every row that has an unmasked key elsewhere (the block would add
+    exp(-inf) = 0 and leave the row's maximum as it is), and a row-independent mask gives every row the same
+    keys; when no key is unmasked the kernel walks them all, as without the scan."""
+    if k.mask is None or k.causal:
+        return False
+    return all(index_var("i", 2) not in e.free_symbols for e in scalar.index_exprs(k.mask))
 
 
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
