@@ -140,11 +140,11 @@ def _build(captured: CapturedProgram, output: Path, name: str | None, version: s
                 try:
                     record = verify_package(trial, captured, verify)
                 except VerificationError as e:
-                    if targets.cuda is None or not targets.cuda.tune or " on cuda: " not in str(e):
+                    if targets.cuda is None or not targets.cuda.tune or "cuda" not in e.devices:
                         raise
                     raise VerificationError(
                         f"{e}\nIts CUDA kernels' configurations were tuned on this GPU; if it passes with "
-                        "`--no-tune` (the tables' configurations), please report both.") from e
+                        "`--no-tune` (the tables' configurations), please report both.", e.devices) from e
             manifest = with_verification(manifest, record)
         finally:
             trial.unlink(missing_ok=True)

@@ -26,7 +26,13 @@ INPUTS_NOTE = "floats drawn from a fixed seed per point; integer and boolean inp
 
 
 class VerificationError(AotpackError):
-    """The package does not reproduce the model, or cannot be verified although verification was asked for."""
+    """The package does not reproduce the model, or cannot be verified although verification was asked for.
+    `devices` names the targets ("cpu", "cuda") whose runs failed; empty when no run did (no runtime, eager
+    itself failed)."""
+
+    def __init__(self, message: str, devices: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.devices = tuple(devices)
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,8 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
                 outputs = session.run([to_numpy(x) for x in inputs])
             except runtime.AotpackError as e:
                 raise VerificationError(f"verification at {point.describe()} on {device}: the runtime refused the "
-                                        f"inputs: {e} (an aotpack bug: please report it with the model)") from e
+                                        f"inputs: {e} (an aotpack bug: please report it with the model)",
+                                        (device,)) from e
             # In a half-precision package every floating output is judged against float32 with the half model
             # as the noise floor, a float32 one too: it is computed from half values (logits widened at the end).
             judgements = [judge(info["name"], info["dtype"], from_runtime(out, _torch_dtype(info["dtype"])), ref,
@@ -108,7 +115,7 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
             progress.current().line(_progress_line(point, device, judgements, time.perf_counter() - start))
             failures += [(point, device, j) for j in judgements if not j.passed]
         if failures:
-            raise VerificationError(_failure(failures))
+            raise VerificationError(_failure(failures), dict.fromkeys(device for _, device, _ in failures))
     record["passed"] = True
     return record
 

@@ -69,6 +69,17 @@ def test_a_wrong_kernel_fails_verification_naming_the_point_and_the_output(dtype
     assert out.exists()
 
 
+def test_a_verification_failure_names_the_devices_that_failed(tmp_path, monkeypatch, runtime_build):
+    import aotpack
+    from aotpack.verification import VerificationError
+
+    monkeypatch.setenv("AOTPACK_TEST_PERTURB", "1.05")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    with pytest.raises(VerificationError, match="on cpu: output") as failed:
+        aotpack.export(model, (torch.randn(2, 8),), tmp_path / "m.aotpack")
+    assert failed.value.devices == ("cpu",)
+
+
 def test_a_model_that_overflows_in_fp16_is_blamed_not_aotpack(tmp_path, runtime_build):
     result = cli("export", str(MODELS / "overflow_model.py"), "--dtype", "fp16", "-o", str(tmp_path / "o.aotpack"))
     assert result.returncode == 1

@@ -181,17 +181,26 @@ def test_a_tuned_package_that_fails_verification_on_the_gpu_points_at_no_tune(tm
     from aotpack.lowering import targets
     from aotpack.verification import VerificationError
 
-    def fails_on_cuda(path, captured, mode):
-        raise VerificationError("the exported package does not reproduce the model, so it was not written:\n"
-                                "  at s=64 (max) on cuda: output 'output': rel err 9e-02")
+    def fails_on(device):
+        def verify(path, captured, mode):
+            raise VerificationError("the exported package does not reproduce the model, so it was not written:\n"
+                                    f"  at s=64 (max) on {device}: output 'output': rel err 9e-02", (device,))
+        return verify
 
     monkeypatch.setattr(targets, "local_cuda_arch", lambda: 90)  # as on a machine with an sm_90 GPU
     monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
-    monkeypatch.setattr(aotpack.verification, "verify_package", fails_on_cuda)
+    monkeypatch.setattr(aotpack.verification, "verify_package", fails_on("cuda"))
     model = Block(32).eval()
-    with pytest.raises(VerificationError, match="tuned on this GPU; if it passes with `--no-tune`"):
+    with pytest.raises(VerificationError, match="tuned on this GPU; if it passes with `--no-tune`") as tuned:
         aotpack.export(model, (torch.randn(2, 8, 32),), tmp_path / "b.aotpack", dynamic_shapes={"x": {1: "s"}},
                        ranges={"s": (1, 64)}, target="cuda", cuda_arch=(90,))
+    assert tuned.value.devices == ("cuda",)
+    monkeypatch.setattr(aotpack.verification, "verify_package", fails_on("cpu"))
+    with pytest.raises(VerificationError) as on_cpu:  # the CPU kernels are not tuned: no hint
+        aotpack.export(model, (torch.randn(2, 8, 32),), tmp_path / "b.aotpack", dynamic_shapes={"x": {1: "s"}},
+                       ranges={"s": (1, 64)}, target="cpu,cuda", cuda_arch=(90,))
+    assert "--no-tune" not in str(on_cpu.value)
+    monkeypatch.setattr(aotpack.verification, "verify_package", fails_on("cuda"))
     with pytest.raises(VerificationError) as plain:  # not tuned: the message as before
         aotpack.export(model, (torch.randn(2, 8, 32),), tmp_path / "b.aotpack", dynamic_shapes={"x": {1: "s"}},
                        ranges={"s": (1, 64)}, target="cuda", cuda_arch=(90,), tune=False)
