@@ -10,7 +10,7 @@ from typing import ClassVar
 class LastCandidateTimer:
     jobs: ClassVar[list] = []
 
-    def __init__(self, program, prelude, arch):
+    def __init__(self, program, prelude, arch, shared_limit=None):
         self.measured = self.cached = 0
         self.failures: list[str] = []
 

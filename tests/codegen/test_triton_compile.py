@@ -209,3 +209,22 @@ def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     for name, run in report.items():
         assert run["scans"] and not run["errors"] and run["identical"] and run["rel"] <= 1e-5, (name, run)
         assert run["skipped"], (name, run)
+
+
+def test_a_kernel_that_needs_more_shared_memory_than_a_target_gives_fails_the_export(tmp_path, monkeypatch):
+    """sm_86 gives a block at most 99 KB of shared memory; a 128 x 256 tile 64 deep in 4 stages takes 144 KB.
+    The runtime would refuse the kernel when loading the package there, so the export refuses it first."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(HERE))
+    from aotpack.lowering.backends.cuda import matmul_config
+    from aotpack.lowering.backends.cuda.compile import TritonCompileError
+    from aotpack.lowering.ir.symbolic import size_symbol
+    from test_triton_buckets import _linear
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(matmul_config, "HALF_TILES", ((128, 256, 64, 8, 4),))
+    library = render_triton_library(_linear(size_symbol("s"), 512, 512, "bfloat16", 1024), (86,))
+    with pytest.raises(TritonCompileError, match=r"more than sm_86 GPUs give one \(101376\).*without sm_86"):
+        compile_triton_library(library, (86,))
+    assert compile_triton_library(library, (90,))[90].kernels  # an H100/H200 block takes 227 KB

@@ -13,6 +13,7 @@ import torch
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.backends.cuda import tuning
 from aotpack.lowering.backends.cuda.attention_config import attention_candidates
+from aotpack.lowering.backends.cuda.compile import shared_memory_limit
 from aotpack.lowering.backends.cuda.matmul_config import matmul_candidates, matmul_config
 from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
 from aotpack.lowering.frontend.decompositions import decompositions
@@ -86,7 +87,7 @@ def test_small_kernels_are_not_tuned():
     original = tuning.Timer
     tuning.Timer = LastCandidateTimer
     try:
-        tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+        tuned = tuning.tuned_library(program, (90,), lambda t: render_triton_library_with(program, t))
     finally:
         tuning.Timer = original
     assert LastCandidateTimer.jobs == []
@@ -104,7 +105,7 @@ def test_a_choice_reaches_the_kernel_its_grid_and_its_bucket(monkeypatch):
     program = lowered(512, 2048)
     monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
     table = render_triton_library(program, (90,))
-    tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+    tuned = tuning.tuned_library(program, (90,), lambda t: render_triton_library_with(program, t))
     families = {type(job.kernel) for job in LastCandidateTimer.jobs}
     assert families == {MatmulKernel, AttentionKernel}, families
     for job in LastCandidateTimer.jobs:
@@ -137,7 +138,7 @@ tuning.Timer = LastCandidateTimer
 torch.manual_seed(0)
 program = lowered(32, 64)
 table = render_triton_library(program, (90,))
-tuned = tuning.tuned_library(program, 90, lambda t: render_triton_library_with(program, t))
+tuned = tuning.tuned_library(program, (90,), lambda t: render_triton_library_with(program, t))
 weights = {k: v for k, v in program.weights.items()}
 report = {"jobs": len(LastCandidateTimer.jobs)}
 for s in (1, 9, 40, 64):
@@ -218,3 +219,27 @@ def test_saved_times_keep_what_exports_beside_this_one_saved(tmp_path):
     timer.save()
     assert json.loads(timer.path.read_text()) == {"mine": 0.25, "theirs": 0.5}
     assert tuning._read_cache(tmp_path / "missing.json") == {}
+
+
+def test_a_candidate_some_target_cannot_load_is_not_chosen(tmp_path):
+    """Exporting for sm_86 and sm_90 on an sm_90 GPU: a candidate whose block needs more shared memory than
+    sm_86 gives one (99 KB) is never the fastest, whatever its time, even from the cache."""
+    import triton
+
+    timer = object.__new__(tuning.Timer)  # no GPU here: the cached times and shared memory sizes only
+    timer.gpu, timer.triton, timer.arch, timer.shared_limit = "H200", triton, 90, shared_memory_limit((86, 90))
+    timer.cache, timer.failures, timer.measured, timer.cached = {}, [], 0, 0
+    program = lowered(512, 2048)
+    product = next(s for s in program.steps if isinstance(s, MatmulKernel))
+    renderer = TritonRenderer(program, 90)
+    configs = matmul_candidates(2048, 2304, 512, "bfloat16", 90)
+    candidates = [(c, *renderer.render_with(product, c)) for c in configs[:3]]
+    values = {s.expr: s.max for s in program.symbols}
+    job = tuning.Job(product, tuple(renderer.args(product)), candidates, [values])
+    for i, (_, kernel, _) in enumerate(candidates):
+        timer.cache[timer._key(kernel, values)] = 1.0 - 0.1 * i  # the last the fastest
+        timer.cache[timer._shared_key(kernel)] = 150_000.0 if i == 2 else 90_000.0
+    totals = timer.times(job)
+    assert totals[:2] == [1.0, 0.9] and totals[2] == float("inf")
+    assert "more than a target architecture gives (101376)" in timer.failures[0]
+    assert shared_memory_limit((90,)) == 232448 and shared_memory_limit((75,)) is None

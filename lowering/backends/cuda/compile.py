@@ -33,6 +33,19 @@ class TritonCompileError(AotpackError):
     pass
 
 
+# The most dynamic shared memory one block may opt into, per compute capability (bytes; the CUDA C++
+# Programming Guide's table of technical specifications). The runtime refuses a kernel that needs more
+# (cuda_executable.cpp), so an export checks first: a package never carries a kernel its targets cannot load.
+SHARED_MEMORY_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448, 103: 232448,
+                           120: 101376}
+
+
+def shared_memory_limit(archs: tuple[int, ...]) -> int | None:
+    """The least of the architectures' limits; None when none of them is known."""
+    known = [SHARED_MEMORY_PER_BLOCK[a] for a in archs if a in SHARED_MEMORY_PER_BLOCK]
+    return min(known) if known else None
+
+
 @dataclass(frozen=True)
 class CompiledKernel:
     name: str  # the cubin's entry point (Triton names it after the Python function)
@@ -194,6 +207,17 @@ def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> 
             part = path.with_suffix(".partial")
             part.write_bytes(data)
             shutil.move(part, path)
+    for arch in archs:
+        limit = SHARED_MEMORY_PER_BLOCK.get(arch)
+        for kernel in library.kernels:
+            if limit is not None and compiled[arch, kernel.name].shared > limit:
+                config = ", ".join(f"{k}={v}" for k, v in kernel.constexprs)
+                raise TritonCompileError(
+                    f"the {kernel.family} kernel {kernel.name} ({config}, {kernel.num_stages} stages) needs "
+                    f"{compiled[arch, kernel.name].shared} bytes of shared memory per block, more than sm_{arch} "
+                    f"GPUs give one ({limit}), so the package could not load there; export without sm_{arch} in "
+                    "--cuda-arch, or with --no-tune if it was tuned on a larger GPU (an aotpack bug otherwise: "
+                    "please report it with the model)")
     return {arch: CompiledArch(arch, {k.name: compiled[arch, k.name] for k in library.kernels}) for arch in archs}
 
 

@@ -65,7 +65,7 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None) -> Matmu
     fits = fits or [t for t in tiles if t[1] <= max(16, _pow2(n))]  # fewer than 32 columns: 16-wide tiles
     enough = [t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2]
     bm, bn, bk, warps, stages = enough[0] if enough else fits[-1]
-    if m <= 16 and not enough and not wide:
+    if bm == 16 and not enough and not wide:
         # H200, scripts/gpu_matmul_bench.py --sweep --rows 1,16 (weights read from DRAM): GPT-2's MLP down
         # (768 x 3072) 9.2 -> 7.1 us at BK 512, its attention output (768 x 768) 3.5 -> 3.4 and the Llama
         # shape's q (1024 x 1024) 4.0 -> 3.7 at BK 256; tiles with enough programs were as fast at BK 128.

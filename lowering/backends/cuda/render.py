@@ -528,4 +528,4 @@ def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: b
         return render_library(TritonRenderer(program, arch))
     from .tuning import tuned_library  # imports torch's CUDA side only when tuning
 
-    return tuned_library(program, arch, lambda tuning: render_library(TritonRenderer(program, arch, tuning)))
+    return tuned_library(program, archs, lambda tuning: render_library(TritonRenderer(program, arch, tuning)))

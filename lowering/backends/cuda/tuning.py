@@ -35,6 +35,7 @@ from ...ir.dtypes import DTYPES, is_float
 from ...ir.kernels import AttentionKernel, Kernel, MatmulKernel, Program
 from ...ir.symbolic import evaluate
 from .attention_config import AttentionConfig
+from .compile import shared_memory_limit
 from .matmul_config import MatmulConfig
 from .render import TritonKernel, TritonRenderer
 
@@ -122,9 +123,11 @@ def symbol_values(size: sympy.Expr, target: int, ranges: dict[sympy.Symbol, tupl
     return values
 
 
-def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning | None], RenderedLibrary]) -> RenderedLibrary:
-    """The library rendered at the tables' configurations, its tunable buckets timed on this machine's GPU,
-    and the library rendered again with the fastest."""
+def tuned_library(program: Program, archs: tuple[int, ...], render: Callable[[Tuning | None], RenderedLibrary]) -> RenderedLibrary:
+    """The library rendered at the tables' configurations, its tunable buckets timed on this machine's GPU (of
+    the newest of `archs`), and the library rendered again with the fastest that every one of `archs` can
+    load (a candidate may need more shared memory than an older target gives a block)."""
+    arch = max(archs) if archs else None
     tuning = Tuning()
     first = render(tuning)
     if not tuning.jobs:
@@ -132,7 +135,7 @@ def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning |
     report = progress.current()
     with report.stage("tune", f"{len(tuning.jobs)} kernel buckets on the local GPU"):
         start = time.perf_counter()
-        timer = Timer(program, first.prelude, arch)
+        timer = Timer(program, first.prelude, arch, shared_memory_limit(archs))
         timer.compile(list(tuning.jobs.values()))
         with _timing_lock():
             times = {key: timer.times(job) for key, job in tuning.jobs.items()}
@@ -159,12 +162,13 @@ def tuned_library(program: Program, arch: int | None, render: Callable[[Tuning |
 class Timer:
     """Times rendered kernels on the GPU (device 0, which the export checked is of the target's architecture)."""
 
-    def __init__(self, program: Program, prelude: str, arch: int | None) -> None:
+    def __init__(self, program: Program, prelude: str, arch: int | None, shared_limit: int | None = None) -> None:
         import torch
         import triton
 
         self.torch, self.triton = torch, triton
         self.program, self.prelude, self.arch = program, prelude, arch
+        self.shared_limit = shared_limit  # bytes of shared memory every target architecture gives a block
         self.gpu = torch.cuda.get_device_name(0)
         self.path = knobs.cache_dir() / "tuning" / (hashlib.sha256(self.gpu.encode()).hexdigest()[:16] + ".json")
         self.cache: dict[str, float] = _read_cache(self.path)
@@ -175,6 +179,15 @@ class Timer:
     def _key(self, kernel: TritonKernel, values: dict[sympy.Symbol, int]) -> str:
         sizes = ",".join(f"{s.name}={v}" for s, v in sorted(values.items(), key=lambda kv: kv[0].name))
         return hashlib.sha256(f"{self.gpu}|{self.triton.__version__}|{self.arch}|{kernel.name}|{sizes}".encode()).hexdigest()
+
+    def _shared_key(self, kernel: TritonKernel) -> str:
+        """The cache's entry for the shared memory bytes a block of the kernel takes (recorded when timed)."""
+        return hashlib.sha256(f"shared|{self.triton.__version__}|{self.arch}|{kernel.name}".encode()).hexdigest()
+
+    def _too_large(self, kernel: TritonKernel) -> bool:
+        """Whether a block of the kernel needs more shared memory than some target architecture gives one."""
+        shared = self.cache.get(self._shared_key(kernel))
+        return self.shared_limit is not None and shared is not None and shared > self.shared_limit
 
     def compile(self, jobs: list[Job]) -> None:
         """Every candidate that some size of its job has no cached time for, compiled in one batch."""
@@ -198,6 +211,11 @@ class Timer:
                     self.cache[key] = self._time(kernel, grid, values, buffers)
                     self.measured += 1
                 totals[i] += self.cache[key]
+        for i, (_, kernel, _) in enumerate(job.candidates):
+            if i and self._too_large(kernel):  # the table's choice fits: compile_triton_library checks it
+                self.failures.append(f"{kernel.name}: needs {self.cache[self._shared_key(kernel)]:.0f} bytes of "
+                                     f"shared memory per block, more than a target architecture gives ({self.shared_limit})")
+                totals[i] = float("inf")
         return totals
 
     def _time(self, kernel: TritonKernel, grid: tuple[sympy.Expr, ...], values: dict[sympy.Symbol, int],
@@ -208,6 +226,7 @@ class Timer:
         if compiled is None or isinstance(compiled, Exception):
             self.failures.append(f"{kernel.name}: {compiled}")
             return float("inf")
+        self.cache[self._shared_key(kernel)] = float(compiled.metadata.shared)
         torch = self.torch
         symbols = self.program.symbols
         args: list[Any] = [*buffers, *(values[symbols[i].expr] for i in kernel.symbols)]
