@@ -11,6 +11,13 @@ spelling produced it (arange offsets, `kv_idx <= q_idx`, `q_idx - kv_idx >= 0`, 
 
 Only -inf and false exclude: a float mask's large negative (finfo.min) still lets a row whose every key is
 masked average all its keys, which skipping keys would change; such masks are kept whole.
+
+A mask of the key alone (padding) is used at run time instead (`skips_dead_keys`): the kernel first finds the
+first and last key block in which the mask leaves a score and walks only those. Skipping a block in which
+every score is masked, by false, -inf or an additive value at most DEAD_SCORE, is exact for every row that has
+an unmasked key elsewhere (the block would add exp(-inf) = 0 and leave the row's maximum as it is); a mask of
+the key alone gives every row the same keys, and when no key is unmasked the kernel walks every block, as
+without the scan (so finfo.min's average over a fully masked row is kept).
 """
 
 from __future__ import annotations
@@ -20,10 +27,20 @@ from dataclasses import dataclass
 
 import sympy
 
+from typing import TYPE_CHECKING
+
 from .constant_over_box import constant_over_box
 from .index_math import as_index_expr
-from .scalar import Const, Node, Op
+from .scalar import Const, Node, Op, index_exprs
 from .symbolic import index_var
+
+if TYPE_CHECKING:
+    from .kernels import AttentionKernel
+
+# An additive mask value at or below this removes its score exactly: s + mask - max underflows exp to 0 for any
+# score a float32 dot product of real data gives (|s| far below 1e29). finfo(float32 or bfloat16).min
+# (transformers' padding masks) and -inf are below it; float16's min (-65504) is not.
+DEAD_SCORE = -1e30
 
 _AND = ("logical_and", "bitwise_and")
 _NOT = ("logical_not", "bitwise_not")
@@ -38,6 +55,14 @@ class CausalSplit:
 
     offset: sympy.Expr
     rest: Node | None
+
+
+def skips_dead_keys(k: AttentionKernel) -> bool:
+    """Whether the kernel walks only the key blocks its mask leaves a score in: a mask of the key alone (no
+    query row in its expression), not causal (whose blocks are bounded by the diagonal already)."""
+    if k.mask is None or k.causal:
+        return False
+    return all(index_var("i", 2) not in e.free_symbols for e in index_exprs(k.mask))
 
 
 def causal_split(mask: Node) -> CausalSplit | None:

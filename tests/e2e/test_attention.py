@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -158,6 +159,34 @@ def test_fused_attention_matches_eager(name, tmp_path, rt):
         out = session.run([to_numpy(x), to_numpy(pad)])[0]
         assert out.shape == expected.shape and relative_error(out, expected) <= TOLERANCE["float32"], \
             f"seq={seq}: " + mismatch_report("out", out, expected)
+
+
+@pytest.mark.parametrize("name", ["padding_additive", "padding_bool"])
+def test_key_blocks_a_padding_mask_removes_are_skipped_bit_for_bit(name, tmp_path, rt, monkeypatch):
+    """The C++ kernel walks only the key blocks a padding mask leaves a score in (ir/mask_structure.py
+    skips_dead_keys; blocks of 64 keys): against eager, and bit for bit against the kernel that walks every
+    block. NaN in the keys and values of sequence 1's dead blocks proves they are not read: the walking
+    kernel's zero weights times NaN give NaN in that sequence's live rows."""
+    from aotpack.lowering.backends.cpu import render as cpu_render
+
+    torch.manual_seed(0)
+    model = SelfAttention(*CASES[name]).eval()
+    spec = ModelSpec(HERE, model, (torch.randn(5, 8, 16), _dead_block_pad(8)), ("x", "pad"),
+                     {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 160)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    skipping = rt.Model(build_package(captured, tmp_path / "skip.aotpack").path).session(num_threads=2)
+    monkeypatch.setattr(cpu_render, "skips_dead_keys", lambda kernel: False)
+    walking = rt.Model(build_package(captured, tmp_path / "walk.aotpack").path).session(num_threads=2)
+    x, pad = torch.randn(5, 150, 16), _dead_block_pad(150)
+    with torch.no_grad():
+        expected = to_numpy(model(x, pad))
+    out = skipping.run([to_numpy(x), to_numpy(pad)])[0]
+    assert relative_error(out, expected) <= TOLERANCE["float32"], mismatch_report("out", out, expected)
+    assert (out == walking.run([to_numpy(x), to_numpy(pad)])[0]).all()
+    x[1, 64:] = float("nan")
+    skipped, walked = (s.run([to_numpy(x), to_numpy(pad)])[0] for s in (skipping, walking))
+    assert np.isfinite(skipped[1, :10]).all() and np.isnan(walked[1, :10]).any()
 
 
 def test_attention_kernel_replaces_scores_in_the_arena(tmp_path):

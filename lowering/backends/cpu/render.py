@@ -40,6 +40,7 @@ from ...ir.kernels import (
     row_result,
     split_gather,
 )
+from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
 from ...ir.symbolic import contiguous_strides, flat_offset, index_var
 from .spelling import (
     COMPUTE_CTYPE,
@@ -342,10 +343,11 @@ class CppRenderer(KernelRenderer):
         arg_names, sym_names = self.names(k)
         loop_vars = {index_var("i", d): f"i{d}" for d in range(4)}
         writer = body_writer(arg_names, {**sym_names, **loop_vars}, frozenset({index_var("i", 3)}))
-        score = "srow[j]"
+        score, live = "srow[j]", None
         if k.mask is not None:
             mask = writer.value(k.mask)
             score = f"({mask} ? {score} : -INFINITY)" if k.mask.dtype == "bool" else f"{score} + static_cast<float>({mask})"
+            live = f"({mask})" if k.mask.dtype == "bool" else f"static_cast<float>({mask}) > {DEAD_SCORE!r}f"
         diagonal = _diagonal(k, writer)
         if k.causal:
             score = f"(i3 > i2{diagonal} ? -INFINITY : {score})"
@@ -365,6 +367,7 @@ class CppRenderer(KernelRenderer):
                     value_dim_padded=_round_up(int(k.value_dim), 16), scale=f"{k.scale!r}f", causal=k.causal,
                     diagonal=diagonal,
                     mask=k.mask is not None, mask_lines=writer.lines, mask_hoisted=writer.hoisted,
+                    skip_dead_keys=skips_dead_keys(k), live=live,
                     masked_score=score, out_ctype=STORAGE_CTYPE[k.dtype],
                     store=store_to_storage("acc[i * DVP + d] * inv", k.dtype))
         for name, view in views.items():

@@ -43,6 +43,7 @@ from ...ir.kernels import (
     row_result,
     split_gather,
 )
+from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
 from .attention_config import AttentionConfig, attention_candidates, attention_config
@@ -462,23 +463,6 @@ class TritonRenderer(KernelRenderer):
             data[name] = self.view(view, writer)
             data[f"{name}_name"] = arg_names[view.buffer]
         return data
-
-
-# An additive mask value at or below this removes its score exactly: s + mask - max underflows exp to 0 for
-# any score a float32 dot product of real data gives (|s| far below 1e29). Masks built as finfo(float32 or
-# bfloat16).min (Hugging Face's) or -inf are; float16's min (-65504) is not taken as one.
-DEAD_SCORE = -1e30
-
-
-def skips_dead_keys(k: AttentionKernel) -> bool:
-    """Whether the kernel first finds the key blocks its mask leaves a score in, and walks only those: for a
-    mask of the key alone (padding), not causal (whose blocks are bounded already). Skipping a block in which
-    every score is masked is exact for every row that has an unmasked key elsewhere (the block would add
-    exp(-inf) = 0 and leave the row's maximum as it is), and a row-independent mask gives every row the same
-    keys; when no key is unmasked the kernel walks them all, as without the scan."""
-    if k.mask is None or k.causal:
-        return False
-    return all(index_var("i", 2) not in e.free_symbols for e in scalar.index_exprs(k.mask))
 
 
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@
 // softmax (running max m, running sum l), so no scores outlive a block. Scratch, per thread, in floats:
 // q rows (BM x D, scaled), k panels (BN/16 x D x 16), scores (BM x BN), v panels (DVP/16 x BN x 16),
 // the output accumulator (BM x DVP), m and l (BM each).
-extern "C" void k_a77f780212534310(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_5f6836eb9c36661f(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -46,7 +46,23 @@ extern "C" void k_a77f780212534310(const aotpack_kernel_ctx* ctx, void* const* b
           p_rows[s].r[r] = sc + i * BN;
         }
       const int64_t keys = SK;
-      for (int64_t j0 = 0; j0 < keys; j0 += BN) {
+      // The mask depends on the key alone (padding): walk only the key blocks from the first to the last in
+      // which it leaves a score. A block whose every score is masked adds exactly nothing to a row that has
+      // an unmasked key elsewhere; with no key unmasked, every block is walked, as without this scan.
+      int64_t live_lo = keys, live_hi = 0;
+      {
+        const int64_t i2 = row0;
+        (void)i2;
+        for (int64_t i3 = 0; i3 < keys; ++i3) {
+          const float t0 = in1[i3];
+          if (static_cast<float>(t0) > -1e+30f) {
+            live_lo = std::min(live_lo, i3);
+            live_hi = i3 + 1;
+          }
+        }
+      }
+      if (live_hi == 0) live_lo = 0, live_hi = keys;
+      for (int64_t j0 = live_lo / BN * BN; j0 < live_hi; j0 += BN) {
         const int64_t nb = std::min(BN, keys - j0), panels = (nb + NR - 1) / NR;
         for (int64_t j = 0; j < panels * NR; ++j) {  // k block as 16-column panels: kp[j / 16][d][j % 16]
           float* __restrict dst = kp + (j / NR) * D * NR + (j % NR);
