@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sympy
-
-from typing import TYPE_CHECKING
 
 from .constant_over_box import constant_over_box
 from .index_math import as_index_expr

@@ -196,10 +196,10 @@ print(json.dumps(report))
 
 def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     """A mask of the key alone (padding, boolean or transformers' additive finfo.min) lets the kernel walk
-    only the key blocks it leaves a score in (ir/mask_structure.py skips_dead_keys): right and left padding, a hole inside
-    the live keys, and a sequence with every key masked (walked whole: eager's uniform weights under the
-    additive mask, zeros under the boolean one), 150 keys in blocks of 64. The result is the walking
-    kernel's, bit for bit, and eager's."""
+    only the key blocks it leaves a score in (ir/mask_structure.py skips_dead_keys): right and left padding,
+    a hole inside the live keys, and a sequence with every key masked (walked whole: eager's uniform weights
+    under the additive mask, zeros under the boolean one), 150 keys in blocks of 64. The result is the
+    walking kernel's, bit for bit, and eager's."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     result = subprocess.run([sys.executable, "-c", DEAD_KEYS, str(HERE), str(HERE.parent / "e2e")],
                             check=False, env=env, capture_output=True, text=True, timeout=600)

@@ -43,9 +43,9 @@ def test_attention_on_cuda(name, dtype, tmp_path, rt, cuda_arch):
 @pytest.mark.parametrize("name", ["padding_additive", "padding_bool"])
 def test_attention_skips_key_blocks_padding_removes_on_cuda(name, dtype, tmp_path, rt, cuda_arch):
     """Padding masks that remove whole blocks of keys (right and left padding, a hole, a row with every key
-    masked), which the kernel skips (ir/mask_structure.py skips_dead_keys), against eager, at 150 and 300 keys. In half
-    precision the additive finfo(float32).min overflows to -inf, which gives a row with every key masked
-    zeros where float32's reference averages: that row is left out there."""
+    masked), which the kernel skips (ir/mask_structure.py skips_dead_keys), against eager, at 150 and 300
+    keys. In half precision the additive finfo(float32).min overflows to -inf, which gives a row with every
+    key masked zeros where float32's reference averages: that row is left out there."""
     torch.manual_seed(0)
     dt = DTYPES[dtype]
     empty = dtype == "float32" or name == "padding_bool"

@@ -123,7 +123,8 @@ def symbol_values(size: sympy.Expr, target: int, ranges: dict[sympy.Symbol, tupl
     return values
 
 
-def tuned_library(program: Program, archs: tuple[int, ...], render: Callable[[Tuning | None], RenderedLibrary]) -> RenderedLibrary:
+def tuned_library(program: Program, archs: tuple[int, ...],
+                  render: Callable[[Tuning | None], RenderedLibrary]) -> RenderedLibrary:
     """The library rendered at the tables' configurations, its tunable buckets timed on this machine's GPU (of
     the newest of `archs`), and the library rendered again with the fastest that every one of `archs` can
     load (a candidate may need more shared memory than an older target gives a block)."""
@@ -213,8 +214,9 @@ class Timer:
                 totals[i] += self.cache[key]
         for i, (_, kernel, _) in enumerate(job.candidates):
             if i and self._too_large(kernel):  # the table's choice fits: compile_triton_library checks it
-                self.failures.append(f"{kernel.name}: needs {self.cache[self._shared_key(kernel)]:.0f} bytes of "
-                                     f"shared memory per block, more than a target architecture gives ({self.shared_limit})")
+                shared = self.cache[self._shared_key(kernel)]
+                self.failures.append(f"{kernel.name}: needs {shared:.0f} bytes of shared memory per block, more "
+                                     f"than a target architecture gives ({self.shared_limit})")
                 totals[i] = float("inf")
         return totals
 
