@@ -1,0 +1,78 @@
+"""What skipping the key blocks a padding mask removes saves (ir/mask_structure.py skips_dead_keys), on BERT-base.
+
+    python scripts/padding_skip_bench.py [--device cpu|cuda] [--batch 8] [--seq 512] [--repeat 5]
+
+Exports examples/bert twice through the public API (CPU: float32; CUDA: bf16 for the local GPU, not tuned, so
+both packages get the tables' configurations), once as aotpack renders it and once with the scan turned off
+in both renderers, then runs each on the example's padded inputs (sequence b keeps (1 - (b + 1) / (2 batch))
+of the keys) and prints the median milliseconds per run and whether the outputs are identical, bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU sessions' threads")
+    args = parser.parse_args()
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+
+    import importlib.util
+
+    from aotpack import runtime
+    from aotpack.api import export_model_file
+    from aotpack.lowering.backends.cpu import render as cpu_render
+    from aotpack.lowering.backends.cuda import render as cuda_render
+    from aotpack.verification import to_numpy
+
+    model_file = REPO / "examples" / "bert" / "model.py"
+    spec = importlib.util.spec_from_file_location("bert_example", model_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    inputs = [to_numpy(x) for x in module.padded_inputs(args.batch, args.seq, seed=args.seq)]
+    options = {"dynamic": [f"batch=1..{max(args.batch, 2)}", f"seq=1..{max(args.seq, 16)}"], "verify": "off"}
+    if args.device == "cuda":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        options.update(target="cuda", dtype="bf16", cuda_arch=str(10 * major + minor), tune=False)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in ("skipping", "walking"):
+            if label == "walking":
+                cpu_render.skips_dead_keys = cuda_render.skips_dead_keys = lambda kernel: False
+            path = Path(tmp) / f"bert_{label}.aotpack"
+            export_model_file(model_file, path, **options)
+            session = runtime.Model(path).session(num_threads=args.threads, device=args.device)
+            out = session.run(inputs)[0]
+            times = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                session.run(inputs)
+                times.append(time.perf_counter() - start)
+            results[label] = (statistics.median(times) * 1e3, np.asarray(out))
+            print(f"{label}: {results[label][0]:.2f} ms per run (batch {args.batch}, seq {args.seq}, {args.device})",
+                  flush=True)
+    identical = bool(np.array_equal(results["skipping"][1], results["walking"][1]))
+    print(f"walking / skipping: {results['walking'][0] / results['skipping'][0]:.3f}; outputs identical: {identical}")
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
