@@ -1,4 +1,4 @@
-"""What skipping the key blocks a padding mask removes saves (ir/mask_structure.py skips_dead_keys), on BERT-base.
+"""What skipping the key blocks a padding mask removes saves (ir/mask_structure.py skips_dead_keys).
 
     python scripts/padding_skip_bench.py [--model bert|attention] [--device cpu|cuda] [--batch 8] [--seq 512]
 
@@ -58,9 +58,8 @@ def main() -> int:
 
     import importlib.util
 
-    import torch
-
     import aotpack
+    import torch
     from aotpack import runtime
     from aotpack.api import export_model_file
     from aotpack.lowering.backends.cpu import render as cpu_render
@@ -71,19 +70,19 @@ def main() -> int:
     spec = importlib.util.spec_from_file_location("bert_example", model_file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    input_ids, attention_mask, _ = module.padded_inputs(args.batch, args.seq, seed=args.seq)
+    padded = module.padded_inputs(args.batch, args.seq, seed=args.seq)  # input ids, attention mask, token types
     ranges = {"batch": (1, max(args.batch, 2)), "seq": (1, max(args.seq, 16))}
     options: dict = {"verify": "off"}
     if args.device == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
         options.update(target="cuda", dtype="bf16", cuda_arch=str(10 * major + minor), tune=False)
     if args.model == "bert":
-        inputs = [to_numpy(x) for x in module.padded_inputs(args.batch, args.seq, seed=args.seq)]
+        inputs = [to_numpy(x) for x in padded]
     else:
         torch.manual_seed(0)
         layer = attention_layer()  # one model, exported twice
         x = torch.randn(args.batch, args.seq, 768, generator=torch.Generator().manual_seed(0))
-        inputs = [to_numpy(x.to(torch.bfloat16) if args.device == "cuda" else x), to_numpy(attention_mask)]
+        inputs = [to_numpy(x.to(torch.bfloat16) if args.device == "cuda" else x), to_numpy(padded[1])]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label in ("skipping", "walking"):
