@@ -167,17 +167,20 @@ def test_key_blocks_a_padding_mask_removes_are_skipped_bit_for_bit(name, tmp_pat
     skips_dead_keys; blocks of 64 keys): against eager, and bit for bit against the kernel that walks every
     block. NaN in the keys and values of sequence 1's dead blocks proves they are not read: the walking
     kernel's zero weights times NaN give NaN in that sequence's live rows."""
+    import aotpack
     from aotpack.lowering.backends.cpu import render as cpu_render
 
     torch.manual_seed(0)
     model = SelfAttention(*CASES[name]).eval()
-    spec = ModelSpec(HERE, model, (torch.randn(5, 8, 16), _dead_block_pad(8)), ("x", "pad"),
-                     {"x": {1: "seq"}, "pad": {1: "seq"}}, {"seq": (1, 160)})
-    plan = resolve_symbols(spec)
-    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
-    skipping = rt.Model(build_package(captured, tmp_path / "skip.aotpack").path).session(num_threads=2)
+
+    def export(path):  # as users export it: the public API, verification on over the range
+        examples = (torch.randn(5, 8, 16), _dead_block_pad(8))
+        return aotpack.export(model, examples, path, dynamic_shapes={"x": {1: "seq"}, "pad": {1: "seq"}},
+                              ranges={"seq": (1, 160)}).path
+
+    skipping = rt.Model(export(tmp_path / "skip.aotpack")).session(num_threads=2)
     monkeypatch.setattr(cpu_render, "skips_dead_keys", lambda kernel: False)
-    walking = rt.Model(build_package(captured, tmp_path / "walk.aotpack").path).session(num_threads=2)
+    walking = rt.Model(export(tmp_path / "walk.aotpack")).session(num_threads=2)
     x, pad = torch.randn(5, 150, 16), _dead_block_pad(150)
     with torch.no_grad():
         expected = to_numpy(model(x, pad))
