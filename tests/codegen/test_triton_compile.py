@@ -82,10 +82,13 @@ print(json.dumps({"errors": errors, "rel": [relative_error(o.float().numpy(), r.
 """
 
 
-@pytest.mark.parametrize("example", ["mlp", "transformer_block"])
-def test_example_kernels_match_eager_in_the_triton_interpreter(example):
+@pytest.mark.parametrize("model", ["examples/mlp", "examples/transformer_block", "tests/e2e/row_models/prenorm"])
+def test_example_kernels_match_eager_in_the_triton_interpreter(model):
+    """The transformer block's layer norms and prenorm.py's norms and softmax run inside the products that
+    read them (ir/row_prologue.py); prenorm.py's embedding is gathered, with its index check, in one."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # must be set before anything imports Triton
-    result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(REPO / "examples" / example / "model.py")],
+    path = REPO / f"{model}.py" if model.startswith("tests") else REPO / model / "model.py"
+    result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(path)],
                             check=False, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
