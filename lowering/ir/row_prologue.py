@@ -8,18 +8,19 @@ product: the product computes its rows' reductions before its k loop (MatmulKern
 the row kernel's pointwise value for each tile of a as it loads it (a GatheredOperand), so the normalised
 rows never exist in memory. Every backend does it, from this one rule.
 
-A row kernel R and the matrix product M after it fuse when:
-- R's output X is an intermediate written once and read by M alone, as its a operand, a strided view that
-  is R's own row-major layout: a[b, m, k] is X's element (row b*M + m, element k), so R's rows are M's
-  batch x rows and its reduced extent is M's k;
+A row kernel R moves into the matrix products after it that read it when, for every reader M:
+- R's output X is an intermediate written once and read by matrix products alone (Llama's MLP: the gate's
+  and the up projection's), each reading it as its a operand only, a strided view that is R's own row-major
+  layout: a[b, m, k] is X's element (row b*M + m, element k), so R's rows are M's batch x rows and its
+  reduced extent is M's k;
 - M is a floating product (the float templates read gathered operands);
 - no step between R and M writes what R reads (R moves down to M).
-The fused product's a is R's pointwise value cast to X's dtype, as X was stored, with R's reductions
-rounded to their stored dtypes as R rounded them: the fused program computes the same values, in another
-summation order (a program folds a row BK elements at a time, where the row kernel folds it whole), so it
-matches the unfused one within rounding, not bit for bit.
+Each reader computes R itself. Its a is R's pointwise value cast to X's dtype, as X was stored, with R's
+reductions rounded to their stored dtypes as R rounded them. The C++ kernel folds each row as the row kernel
+did (the same lanes), so its results are bit-identical; a Triton program folds its rows BK elements at a time
+where the row kernel folded a row whole, so they match within rounding.
 
-What it costs: each program of the product recomputes its rows' reductions (one pass over its rows of a for
+What it costs: each program of each reader recomputes its rows' reductions (one pass over its rows of a for
 each reduction, from cache), where the row kernel computed them once per row; against a launch and a pass
 over memory saved. A program's rows are BM x K elements, what its k loop reads anyway.
 """
@@ -56,14 +57,15 @@ def fuse_row_prologues(program: Program) -> Program:
         if fused is None:
             t += 1
             continue
-        reader, kernel = fused
+        for reader, kernel in fused.items():
+            steps[reader] = kernel
         del buffers[steps[t].output]
-        steps[reader] = kernel
         del steps[t]
     return replace(program, steps=tuple(steps), buffers=buffers)
 
 
-def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel] | None:
+def _fuse_one(steps: list, t: int, program: Program) -> dict[int, MatmulKernel] | None:
+    """The products that take in row kernel t, by position, if every reader of its output is such a product."""
     row = steps[t]
     if not isinstance(row, RowKernel):
         return None
@@ -71,20 +73,23 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
     if program.buffers[out].kind != "arena" or out in program.outputs or Counter(s.output for s in steps)[out] != 1:
         return None
     readers = [u for u in range(t + 1, len(steps)) if out in steps[u].reads()]
-    if len(readers) != 1:
-        return None
-    p = readers[0]
-    mm = steps[p]
-    if not isinstance(mm, MatmulKernel) or mm.a_reductions or mm.dtype not in FLOAT_PRODUCTS:
-        return None
-    if not isinstance(mm.a, StridedView) or mm.a.buffer != out or out in _other_reads(mm):
-        return None
-    if not _row_major(mm, row):
-        return None
     reads = set(row.reads())
-    if any(steps[s].output in reads for s in range(t + 1, p)):
-        return None
-    # R's index variables as expressions of the operand's: row b*M + m of R's rows, element k of a row
+    fused: dict[int, MatmulKernel] = {}
+    for p in readers:
+        mm = steps[p]
+        if not isinstance(mm, MatmulKernel) or mm.a_reductions or mm.dtype not in FLOAT_PRODUCTS:
+            return None
+        if not isinstance(mm.a, StridedView) or mm.a.buffer != out or out in _other_reads(mm):
+            return None
+        if not _row_major(mm, row) or any(steps[s].output in reads for s in range(t + 1, p)):
+            return None
+        fused[p] = _with_row_prologue(mm, row, program.buffers[out].dtype)
+    return fused or None
+
+
+def _with_row_prologue(mm: MatmulKernel, row: RowKernel, stored: str) -> MatmulKernel:
+    """The product with the row kernel's reductions before its k loop and its value as a."""
+    # the row kernel's index variables as expressions of the operand's: row b*M + m of its rows, element k
     g0, g1, g2 = operand_vars()
     flat_row = g0 * mm.m + g1 if sympy.expand(mm.batch - 1) != 0 else g1
     indices = {**unflatten(row.rows, flat_row, "i"), **unflatten(row.reduced, g2, "r")}
@@ -93,8 +98,7 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
         return scalar.map_indices(scalar.substitute(node, indices), fold_div_mod)
 
     a_reductions = tuple(RowReduction(r.name, moved(r.value), r.op, r.acc_dtype, r.out_dtype) for r in row.reductions)
-    a = GatheredOperand(scalar.cast(moved(row.value), program.buffers[out].dtype))
-    return p, replace(mm, a=a, a_reductions=a_reductions)
+    return replace(mm, a=GatheredOperand(scalar.cast(moved(row.value), stored)), a_reductions=a_reductions)
 
 
 def _other_reads(mm: MatmulKernel) -> set[str]:

@@ -30,13 +30,14 @@ def test_products_that_compute_their_norms_match_the_row_kernels_bit_for_bit(dty
                                                                               monkeypatch):
     spec = with_dtype(load_model_file(MODEL), dtype)
     steps = lowered(spec)
-    # the embedding's layer norm, the RMS norm and the softmax each inside the product that reads it
-    assert [s.family for s in steps] == ["matmul"] * 3, steps
-    assert [[r.op for r in s.a_reductions] for s in steps] == [["sum", "sum"], ["sum"], ["max", "sum"]]
+    # the embedding's layer norm, the RMS norm (in both products that read it) and the softmax each inside
+    # the product that reads it
+    assert [s.family for s in steps] == ["matmul"] * 4, steps
+    assert [[r.op for r in s.a_reductions] for s in steps] == [["sum", "sum"], ["sum"], ["sum"], ["max", "sum"]]
     fused = export_spec(spec, tmp_path / "fused.aotpack")
     assert fused.manifest["verification"]["passed"]
     monkeypatch.setattr(stages, "fuse_row_prologues", lambda program: program)
-    assert [s.family for s in lowered(spec)] == ["row", "matmul"] * 3
+    assert [s.family for s in lowered(spec)].count("row") == 3
     plain = export_spec(with_dtype(load_model_file(MODEL), dtype), tmp_path / "plain.aotpack")
     fused_session, plain_session = rt.Model(fused.path).session(), rt.Model(plain.path).session()
     gen = torch.Generator().manual_seed(0)

@@ -1,6 +1,7 @@
 """A pre-norm model's shapes, each norm read by one matrix product alone (ir/row_prologue.py moves it into the
 product): token embeddings and a layer norm into a linear layer (the gather and its index check in the
-product), an RMS norm into a linear layer without bias, and a softmax into a product with a weight. Rows of
+product), an RMS norm into two linear layers without bias (a gated MLP's gate and up projections: each
+computes it), and a softmax into a product with a weight. Rows of
 50 and 72 (not a multiple of the C++ kernels' 8 lanes, nor of a Triton BK) with a batch and a sequence
 dimension, for tests/e2e/test_row_prologues.py."""
 
@@ -16,13 +17,14 @@ class PreNorm(nn.Module):
         self.up = nn.Linear(dim, hidden)
         self.rms_weight = nn.Parameter(torch.linspace(0.5, 1.5, hidden))
         self.down = nn.Linear(hidden, dim, bias=False)
+        self.gate = nn.Linear(hidden, dim, bias=False)
         self.mix = nn.Parameter(torch.randn(dim, 20))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         u = self.up(self.norm(self.embed(ids) * 2))
         g = u.float()
         r = (g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rms_weight).to(u.dtype)
-        return self.down(r).softmax(-1) @ self.mix
+        return (torch.nn.functional.silu(self.gate(r)) * self.down(r)).softmax(-1) @ self.mix
 
 
 def model() -> nn.Module:
