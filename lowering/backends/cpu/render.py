@@ -407,7 +407,7 @@ def _row_parts(reductions: tuple[RowReduction, ...], arg_names: dict[str, str], 
         out_ctype = COMPUTE_CTYPE[part.out_dtype]
         # rounded to its stored dtype, as the unfused program stored it for its readers
         rounded = load_from_storage(store_to_storage(result, part.out_dtype), part.out_dtype)
-        parts.append({"name": f"res{j}", "what": part.name, "op": part.op, "body": writer.lines,
+        parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines,
                       "hoisted": writer.hoisted, "value": f"static_cast<{acc_ctype}>({value})",
                       "acc_ctype": acc_ctype, "init": init, "combine": combine,
                       "combine_lane": combine.replace("acc", "part[l]"), "out_ctype": out_ctype,

@@ -253,7 +253,7 @@ class TritonRenderer(KernelRenderer):
             result, update = acc.pop("result"), acc.pop("update")
             rounded = result if part.out_dtype == "bool" else \
                 f"({result}).to({TL_TYPE[part.out_dtype]}).to({COMPUTE_TL[part.out_dtype]})"
-            parts.append({"name": f"res{j}", "what": part.name, "op": part.op, "body": writer.lines[lines:],
+            parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines[lines:],
                           "checks": _checks(writer.checks[checks:], first=checks + 1),
                           "value": f"({value}).to({acc['acc_type']})", **acc, "update": update.split("\n"),
                           "rounded": f"({rounded})[:, None]"})
@@ -355,7 +355,7 @@ class TritonRenderer(KernelRenderer):
             result, update = acc.pop("result"), acc.pop("update")
             rounded = result if part.out_dtype == "bool" else \
                 f"({result}).to({TL_TYPE[part.out_dtype]}).to({COMPUTE_TL[part.out_dtype]})"
-            parts.append({"name": f"res{j}", "what": part.name, "op": part.op, "body": writer.lines,
+            parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines,
                           "checks": _checks(writer.checks, first=first_check + len(checks) + 1),
                           "value": f"({value}).to({acc['acc_type']})", **acc, "update": update.split("\n"),
                           "rounded": f"({rounded})[:, None]"})

@@ -3,7 +3,7 @@
 // Each task owns an MC x NC tile of out, accumulated in a float tile in its thread's scratch, KC steps of k
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as 6-row panels evaluated here from a's expression.
-extern "C" void k_b05c42f39f9fc534(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_5767818d6df76d9d(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const uint16_t* __restrict in0 = (const uint16_t*)buffers[0];
   const int64_t* __restrict in1 = (const int64_t*)buffers[1];
   const uint16_t* __restrict in2 = (const uint16_t*)buffers[2];
@@ -32,8 +32,8 @@ extern "C" void k_b05c42f39f9fc534(const aotpack_kernel_ctx* ctx, void* const* b
       const int64_t m_strips = (mb + MR - 1) / MR, n_strips = (nb + NR - 1) / NR;
       // per row of the tile, sum, sum over its k: a row kernel moved into this product (ir/row_prologue.py), whose
       // value a's expression computes from them
-      float res0[MC];  // sum: what the unfused program stored in mean
-      float res1[MC];  // sum: what the unfused program stored in var
+      float res0[MC];  // sum: a result the unfused program stored
+      float res1[MC];  // sum: a result the unfused program stored
       for (int64_t m = 0; m < mb; ++m) {
         const int64_t g1 = m0 + m;
         (void)g1;

@@ -5,7 +5,7 @@
 # strided views or expressions evaluated for each tile as it is loaded (gathered: implicit GEMM,
 # the operand never exists in memory), out is contiguous. Program (tile, batch); tiles grouped GROUP_M rows at a time for L2 reuse.
 @triton.jit
-def t_909c1ce3fdc3192b(in0, in1, in2, out, s_n, err_flag, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def t_cb5ae5fd08e95f79(in0, in1, in2, out, s_n, err_flag, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     M = s_n
     N = 4
     K = 8
@@ -32,8 +32,8 @@ def t_909c1ce3fdc3192b(in0, in1, in2, out, s_n, err_flag, BM: tl.constexpr, BN: 
     a_mzero = tl.zeros([BM, 1], tl.int64)
     a_kzero = tl.zeros([1, BK], tl.int64)
     b_ptrs = in2 + b_off + bi * b_sb + rk[:, None] * b_sk + rn[None, :] * b_sn
-    # sum over each of the program's rows of a, BK at a time: what a row kernel stored in mean before
-    # it moved into this product (ir/row_prologue.py); a's tiles read the result
+    # sum over each of the program's rows of a, BK at a time: a result a row kernel computed before it
+    # moved into this product (ir/row_prologue.py); a's tiles read it
     acc = tl.full([BM, BK], 0, tl.float32)
     for p0 in range(0, K, BK):
         gk = (p0 + rk).to(tl.int64)
@@ -50,8 +50,8 @@ def t_909c1ce3fdc3192b(in0, in1, in2, out, s_n, err_flag, BM: tl.constexpr, BN: 
         v = (p0g6).to(tl.float32)
         acc = acc + tl.where(rmask_all, v, 0)
     res0 = ((tl.sum(acc, 1)).to(tl.float16).to(tl.float32))[:, None]
-    # sum over each of the program's rows of a, BK at a time: what a row kernel stored in var before
-    # it moved into this product (ir/row_prologue.py); a's tiles read the result
+    # sum over each of the program's rows of a, BK at a time: a result a row kernel computed before it
+    # moved into this product (ir/row_prologue.py); a's tiles read it
     acc = tl.full([BM, BK], 0, tl.float32)
     for p0 in range(0, K, BK):
         gk = (p0 + rk).to(tl.int64)

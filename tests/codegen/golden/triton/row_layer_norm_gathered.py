@@ -2,7 +2,7 @@
 # A row kernel: for each row [i0], sum, sum over its elements [r0], kept in
 # registers, then one fused elementwise pass over the row; XBLOCK whole rows per program, RBLOCK >= a row.
 @triton.jit
-def t_3732f620f6533ab4(in0, in1, out, s_n, err_flag, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def t_960259956cde934e(in0, in1, out, s_n, err_flag, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = s_n
     rnumel = 8
     x = (tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK))[:, None]
@@ -12,7 +12,7 @@ def t_3732f620f6533ab4(in0, in1, out, s_n, err_flag, XBLOCK: tl.constexpr, RBLOC
     rmask_all = xmask & (r < rnumel)
     rzero = tl.zeros_like(x) + tl.zeros_like(r)
     r0 = r
-    # sum: what the unfused program stored in mean
+    # sum: a result the unfused program stored
     t0 = tl.load(in1 + i0 + rzero, mask=rmask_all, other=0)
     t1 = t0.to(tl.int64)
     t2 = (t1 < 0) | (t1 >= 4)
@@ -25,7 +25,7 @@ def t_3732f620f6533ab4(in0, in1, out, s_n, err_flag, XBLOCK: tl.constexpr, RBLOC
     acc = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     acc = acc + tl.where(rmask_all, v, 0)
     res0 = ((tl.sum(acc, 1)).to(tl.float16).to(tl.float32))[:, None]
-    # sum: what the unfused program stored in var
+    # sum: a result the unfused program stored
     t7 = res0.to(tl.float32)
     t8 = t5 - t7
     t9 = t8 * t8
