@@ -5,8 +5,7 @@
                      repeat an earlier one, ir/sibling_products.py merges products of one operand,
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
                      its readers share, ir/copy_elision.py turns copies into views of what they copy, and
-                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels,
-                     ir/row_prologue.py moves a row kernel read only by a matrix product into that product)
+                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -40,7 +39,6 @@ from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
 from .ir.row_fusion import fuse_rows
-from .ir.row_prologue import fuse_row_prologues
 from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
@@ -72,15 +70,15 @@ class Stage:
 
 def lower(captured: CapturedProgram) -> Program:
     """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, matrix-product epilogues
-    fused, then row reductions fused with their consumers, and row kernels that only a product reads moved
-    into it (scripts and tests that look at the kernels an export makes call this). Row fusion runs late: the
-    passes before it need not know row kernels, and it sees the consumers they leave."""
+    fused, then row reductions fused with their consumers (scripts and tests that look at the kernels an
+    export makes call this). Row fusion runs last: the passes before it need not know row kernels, and it
+    sees the consumers they leave."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(program))
-    return fuse_row_prologues(fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program)))))
+    return fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
 
 
 def _lower(state: Compilation) -> Compilation:

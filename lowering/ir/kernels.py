@@ -221,10 +221,6 @@ class MatmulKernel:
     With an `epilogue`, out[b, m, n] is that expression of the index variables e0, e1, e2 (b, m, n), in
     which `product_value` stands for the product's element: a bias, activation, residual add or cast fused
     into the kernel that computes the product (ir/epilogue.py), stored in the output buffer's dtype.
-
-    With `a_reductions`, reductions over each row of a gathered `a` run before the k loop, each over g2 (the
-    column, k) at the row's g0, g1, in order; a's expression and each later reduction read their results
-    as `row_result` loads: a row kernel computed by the product that reads it (ir/row_prologue.py).
     """
 
     output: str
@@ -236,15 +232,12 @@ class MatmulKernel:
     k: sympy.Expr
     dtype: str
     epilogue: Node | None = None
-    a_reductions: tuple[RowReduction, ...] = ()
 
     family = "matmul"
 
     def reads(self) -> tuple[str, ...]:
         extra = [b for b in _buffers_of(self.epilogue) if b != ACC] if self.epilogue is not None else []
-        rows = [b for r in self.a_reductions for b in _buffers_of(r.value)]
-        names = (*rows, *operand_buffers(self.a), *operand_buffers(self.b), *extra)
-        return tuple(dict.fromkeys(b for b in names if not b.startswith(ROW_RESULT)))
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *extra)))
 
 
 @dataclass(frozen=True)

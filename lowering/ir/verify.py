@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from ...errors import AotpackError
 from . import scalar
-from .kernels import (
-    BUFFER_KINDS,
-    ROW_RESULT,
-    GatheredOperand,
-    MatmulKernel,
-    MemoryPlan,
-    Program,
-    RowKernel,
-    ScatterKernel,
-)
+from .kernels import BUFFER_KINDS, ROW_RESULT, MemoryPlan, Program, RowKernel, ScatterKernel
 
 
 class IRError(AotpackError):
@@ -42,8 +33,6 @@ def verify_program(program: Program, stage: str) -> None:
                 fail(f"step {t} ({step.family}) reads {read} before anything writes it")
         if isinstance(step, RowKernel):
             _verify_row(step, t, fail)
-        if isinstance(step, MatmulKernel):
-            _verify_matmul(step, t, fail)
         if isinstance(step, ScatterKernel) and step.output not in written:
             fail(f"step {t} updates {step.output} in place before anything writes it")
         if program.buffers[step.output].kind in ("input", "weight"):
@@ -59,27 +48,10 @@ def _verify_row(step: RowKernel, t: int, fail) -> None:
     names = [r.name for r in step.reductions]
     if len(set(names)) != len(names) or not names:
         fail(f"step {t} (row) has reductions {names}: one or more, each named once")
-    _verify_row_results(step.reductions, step.value, f"step {t} (row)", fail)
-
-
-def _verify_matmul(step: MatmulKernel, t: int, fail) -> None:
-    """A product's operands read row results only from the reductions of a gathered a, computed before."""
-    names = [r.name for r in step.a_reductions]
-    if len(set(names)) != len(names) or (names and not isinstance(step.a, GatheredOperand)):
-        fail(f"step {t} (matmul) has a_reductions {names}: each named once, over a gathered a")
-    a_value = step.a.value if isinstance(step.a, GatheredOperand) else None
-    _verify_row_results(step.a_reductions, a_value, f"step {t} (matmul)", fail)
-    for node in (step.b.value if isinstance(step.b, GatheredOperand) else None, step.epilogue):
-        if node is not None and any(load.buffer.startswith(ROW_RESULT) for load in scalar.loads(node)):
-            fail(f"step {t} (matmul) reads a row result outside its a operand")
-
-
-def _verify_row_results(reductions, value, where: str, fail) -> None:
-    names = [r.name for r in reductions]
-    for j, node in enumerate([*(r.value for r in reductions), value]):
-        for load in scalar.loads(node) if node is not None else ():
+    for j, node in enumerate([*(r.value for r in step.reductions), step.value]):
+        for load in scalar.loads(node):
             if load.buffer.startswith(ROW_RESULT) and load.buffer[len(ROW_RESULT):] not in names[:j]:
-                fail(f"{where} part {j} reads {load.buffer}, which is not a result computed before it")
+                fail(f"step {t} (row) part {j} reads {load.buffer}, which is not a result computed before it")
 
 
 def verify_plan(program: Program, plan: MemoryPlan, stage: str) -> None:

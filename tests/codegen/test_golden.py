@@ -29,7 +29,6 @@ from aotpack.lowering.ir.kernels import (
     product_value,
     row_result,
 )
-from aotpack.lowering.ir.row_prologue import fuse_row_prologues
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
 
@@ -43,12 +42,6 @@ _, e1, e2 = epilogue_vars()
 def _program(steps, buffers) -> Program:
     return Program(symbols=(Symbol("n", 1, 64),), buffers={b.name: b for b in buffers}, steps=tuple(steps),
                    inputs=("x",), outputs=(steps[-1].output,))
-
-
-def _moved_into_product(program: Program) -> Program:
-    moved = fuse_row_prologues(program)
-    assert [s.family for s in moved.steps] == ["matmul"], moved.steps
-    return moved
 
 
 X = Buffer("x", "float32", (n, sympy.Integer(8)), "input", "x")
@@ -137,21 +130,6 @@ CASES = {
                "float32"))],
         [Buffer("x", "int64", (n,), "input", "x"), Buffer("w2", "float16", (4, 8), "weight", "w2"),
          Buffer("out", "float16", (n, sympy.Integer(8)), "output", "output")]),
-    # the gathered layer norm above moved into the product that reads it (ir/row_prologue.py): its mean and
-    # variance per row of the tile before the k loop, the normalised row evaluated as a's tiles load
-    "matmul_row_prologue": _moved_into_product(_program(
-        [RowKernel("h", (n,), (sympy.Integer(8),), (
-            RowReduction("mean", Op("div", (_ROW_X, Const(8.0, "float32")), "float32"), "sum", "float32", "float16"),
-            RowReduction("var", Op("mul", (_ROW_D, _ROW_D), "float32"), "sum", "float32", "float32")),
-            Op("mul", (_ROW_D, Op("rsqrt", (Op("add", (Op("div", (row_result("var", "float32"), Const(8.0, "float32")),
-                                                           "float32"), Const(1e-5, "float32")), "float32"),), "float32")),
-               "float32")),
-         MatmulKernel("out", StridedView("h", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
-                      StridedView("w3", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
-                      sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "float16")],
-        [Buffer("x", "int64", (n,), "input", "x"), Buffer("w2", "float16", (4, 8), "weight", "w2"),
-         Buffer("h", "float16", (n, sympy.Integer(8)), "arena"), Buffer("w3", "float16", (4, 8), "weight", "w3"),
-         Buffer("out", "float16", (n, sympy.Integer(4)), "output", "output")])),
     "matmul_transposed_b": _program(
         [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
                       StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),

@@ -84,8 +84,8 @@ print(json.dumps({"errors": errors, "rel": [relative_error(o.float().numpy(), r.
 
 @pytest.mark.parametrize("model", ["examples/mlp", "examples/transformer_block", "tests/e2e/row_models/prenorm"])
 def test_example_kernels_match_eager_in_the_triton_interpreter(model):
-    """The transformer block's layer norms and prenorm.py's norms and softmax run inside the products that
-    read them (ir/row_prologue.py); prenorm.py's embedding is gathered, with its index check, in one."""
+    """Row kernels feeding products: the transformer block's layer norms, prenorm.py's gathered embedding
+    and its layer norm, an RMS norm two products read and a softmax into a product, in batch x seq rows."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # must be set before anything imports Triton
     path = REPO / f"{model}.py" if model.startswith("tests") else REPO / model / "model.py"
     result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(path)],

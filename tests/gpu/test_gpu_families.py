@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from aotpack.exporter import ModelSpec, load_model_file
+from aotpack.exporter import ModelSpec
 from aotpack.verification import to_numpy
 from gpu_helpers import HERE, compare, export_cuda
 from torch import nn
@@ -62,8 +61,8 @@ class Embedding(nn.Module):
 
 
 class PreNorm(nn.Module):
-    """Norms each read by one product alone, which computes them (ir/row_prologue.py): a layer norm into a
-    linear layer, an RMS norm (over 48, not a power of two) into one without bias, a softmax into a product."""
+    """Row kernels feeding products, as in a pre-norm model: a layer norm into a linear layer, an RMS norm (over
+    48, not a power of two) into one without bias, a softmax into a product."""
 
     def __init__(self):
         super().__init__()
@@ -132,17 +131,3 @@ def test_unknown_device_index_is_refused(tmp_path, rt, cuda_arch):
     with pytest.raises(rt.AotpackError, match="does not exist"):
         rt.Model(result.path).session(device="cuda:64")
 
-
-def test_an_index_checked_in_a_products_prologue_is_reported_on_cuda(tmp_path, rt, cuda_arch):
-    """tests/e2e/row_models/prenorm.py: token embeddings and their layer norm computed inside the product that
-    reads them, the embedding's index checked there."""
-    spec = load_model_file(HERE.parents[1] / "e2e" / "row_models" / "prenorm.py")
-    result = export_cuda(spec, tmp_path / "prenorm.aotpack", cuda_arch)
-    session = rt.Model(result.path).session(device="cuda")
-    with pytest.raises(rt.AotpackError, match=r"embedding at .*: an index is outside 0\.\.12-1"):
-        session.run([to_numpy(torch.tensor([[3, 1, 12, 1, 5]]))])
-    ids = torch.randint(0, 12, (4, 40), generator=torch.Generator().manual_seed(0))
-    (out,) = session.run([to_numpy(ids)])  # the session stays usable
-    with torch.no_grad():
-        expected = spec.model(ids)
-    assert out.shape == (4, 40, 20) and np.abs(out - expected.numpy()).max() < 1e-4

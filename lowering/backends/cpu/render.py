@@ -32,7 +32,6 @@ from ...ir.kernels import (
     Program,
     ReductionKernel,
     RowKernel,
-    RowReduction,
     ScatterKernel,
     StridedView,
     epilogue_vars,
@@ -165,9 +164,25 @@ class CppRenderer(KernelRenderer):
                  for d, (s, st) in enumerate(zip(k.rows, strides))]
         rloops = [{"var": f"r{d}", "size": index(s)} for d, s in enumerate(k.reduced)]
         ridx = index(flat_offset("r", k.reduced))
-        parts, earlier = _row_parts(k.reductions, arg_names, sym_names, rvars, "")
+        earlier: list[tuple[Any, str]] = []  # (row_result load, its C++ name) of the results computed so far
+        parts = []
         exprs = [*k.rows, *k.reduced, *scalar.index_exprs(k.value)]
-        for part in k.reductions:
+        for j, part in enumerate(k.reductions):
+            writer = body_writer(arg_names, sym_names, rvars)
+            for node, name in earlier:
+                writer.bind(node, name)
+            value = writer.value(part.value)
+            acc_ctype = COMPUTE_CTYPE[part.acc_dtype]
+            init, combine, result = _reduction_parts(part.op, part.acc_dtype)
+            out_ctype = COMPUTE_CTYPE[part.out_dtype]
+            # rounded to its stored dtype, as the unfused program stored it for its readers
+            rounded = load_from_storage(store_to_storage(result, part.out_dtype), part.out_dtype)
+            parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines,
+                          "hoisted": writer.hoisted, "value": f"static_cast<{acc_ctype}>({value})",
+                          "acc_ctype": acc_ctype, "init": init, "combine": combine,
+                          "combine_lane": combine.replace("acc", "part[l]"), "out_ctype": out_ctype,
+                          "rounded": f"static_cast<{out_ctype}>({rounded})"})
+            earlier.append((row_result(part.name, part.out_dtype), f"res{j}"))
             exprs += scalar.index_exprs(part.value)
         writer = body_writer(arg_names, sym_names, rvars)
         for node, name in earlier:
@@ -226,14 +241,12 @@ class CppRenderer(KernelRenderer):
                 exprs += scalar.index_exprs(operand.value)
             elif isinstance(operand, StridedView):
                 exprs += [operand.offset, *operand.strides]
-        for part in k.a_reductions:
-            exprs += scalar.index_exprs(part.value)
         if k.epilogue is not None:
             exprs += scalar.index_exprs(k.epilogue)
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
                     a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
-                    b_split=False, dot_rows=False, prologue=[], **self._epilogue(k, arg_names, sym_names))
+                    b_split=False, dot_rows=False, **self._epilogue(k, arg_names, sym_names))
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
@@ -290,10 +303,7 @@ class CppRenderer(KernelRenderer):
         straight into the panels the micro-kernel reads, instead of copying them from memory."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: "g1", g2: "g2"}
-        # a row kernel moved into the product (ir/row_prologue.py): its reductions per row of the tile, first
-        prologue, results = _row_parts(k.a_reductions, arg_names, names, frozenset({g2}), "[m]")
-        data.update(self.MATMUL_BLOCKS, b_packed=isinstance(k.b, PanelView), prologue=prologue,
-                    lanes=REDUCTION_LANES)
+        data.update(self.MATMUL_BLOCKS, b_packed=isinstance(k.b, PanelView))
         writer = body_writer(arg_names, names)
         for side, operand in (("a", k.a), ("b", k.b)):
             if not isinstance(operand, GatheredOperand):
@@ -319,8 +329,6 @@ class CppRenderer(KernelRenderer):
                             b_row_offset=to_cpp(row, names), b_col_offset=to_cpp(col, names))
                 continue
             element = body_writer(arg_names, names)
-            for node, name in results if side == "a" else ():
-                element.bind(node, name)
             value = element.value(operand.value)
             data.update({f"{side}_lines": element.lines, f"{side}_value": f"static_cast<float>({value})"})
         return data
@@ -388,32 +396,6 @@ def _round_up(n: int, multiple: int) -> int:
 
 # Partial accumulators of a reduction over one dim: 8 floats fill one AVX2 register.
 REDUCTION_LANES = 8
-
-
-def _row_parts(reductions: tuple[RowReduction, ...], arg_names: dict[str, str], sym_names: dict[sympy.Symbol, str],
-               rvars: frozenset[sympy.Symbol], at: str) -> tuple[list[dict[str, Any]], list[tuple[Any, str]]]:
-    """Each reduction of a row (a row kernel's, or a product's a_reductions) as templates/cpp/row_fold.cpp.jinja
-    folds it, the later parts reading the earlier results as res0, res1, ... (each followed by `at`: "[m]"
-    where a product keeps one per row of its tile); with the (row_result load, C++ name) bindings."""
-    earlier: list[tuple[Any, str]] = []
-    parts = []
-    for j, part in enumerate(reductions):
-        writer = body_writer(arg_names, sym_names, rvars)
-        for node, name in earlier:
-            writer.bind(node, name)
-        value = writer.value(part.value)
-        acc_ctype = COMPUTE_CTYPE[part.acc_dtype]
-        init, combine, result = _reduction_parts(part.op, part.acc_dtype)
-        out_ctype = COMPUTE_CTYPE[part.out_dtype]
-        # rounded to its stored dtype, as the unfused program stored it for its readers
-        rounded = load_from_storage(store_to_storage(result, part.out_dtype), part.out_dtype)
-        parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines,
-                      "hoisted": writer.hoisted, "value": f"static_cast<{acc_ctype}>({value})",
-                      "acc_ctype": acc_ctype, "init": init, "combine": combine,
-                      "combine_lane": combine.replace("acc", "part[l]"), "out_ctype": out_ctype,
-                      "rounded": f"static_cast<{out_ctype}>({rounded})"})
-        earlier.append((row_result(part.name, part.out_dtype), f"res{j}{at}"))
-    return parts, earlier
 
 
 def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:

@@ -313,55 +313,24 @@ class TritonRenderer(KernelRenderer):
         }
 
     def _gathered(self, operand: GatheredOperand, side: str, rows: str, cols: str, arg_names: dict[str, str],
-                  sym_names: dict[sympy.Symbol, str],
-                  results: list[tuple[Load, str]]) -> tuple[dict[str, Any], list[Check]]:
+                  sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
         """How the k loop computes a gathered operand's tile (implicit GEMM); `rows` and `cols` name the
-        tile's row and column indices as broadcastable int64 blocks, `results` the prologue's row results
-        ([BM, 1] columns). One load at an offset that splits into a part without k and a part with it
-        (convolution's columns) loads at the first part, computed once before the loop, plus the second; any
-        other expression is evaluated whole for each tile."""
+        tile's row and column indices as broadcastable int64 blocks. One load at an offset that splits into a
+        part without k and a part with it (convolution's columns) loads at the first part, computed once
+        before the loop, plus the second; any other expression is evaluated whole for each tile."""
         g0, g1, g2 = operand_vars()
         names = {**sym_names, g0: "bi", g1: rows, g2: cols}
         k_var, fixed_shape, k_shape = (g2, "[BM, 1]", "[1, BK]") if side == "a" else \
             (g1, "[1, BN]", "[BK, 1]")
-        split = split_gather(operand, k_var) if not results else None
+        split = split_gather(operand, k_var)
         if split is not None:
             load, fixed, with_k = split
             return {"gather": True, "split": True, "name": arg_names[load.buffer],
                     "fixed": f"{to_triton(fixed, names)} + tl.zeros({fixed_shape}, tl.int64)",
                     "with_k": f"{to_triton(with_k, names)} + tl.zeros({k_shape}, tl.int64)", "checks": []}, []
-        guard = _row_or_column_guard(side, f"{side}_mask", f"{side}_zero") if side == "a" else None
-        writer = body_writer(arg_names, names, f"{side}_mask", prefix=f"{side}g", zero=f"{side}_zero", guard=guard)
-        for node, name in results:
-            writer.bind(node, name)
+        writer = body_writer(arg_names, names, f"{side}_mask", prefix=f"{side}g", zero=f"{side}_zero")
         value = writer.value(operand.value)
         return {"gather": True, "split": False, "lines": writer.lines, "value": value}, writer.checks
-
-    def _a_reductions(self, k: MatmulKernel, arg_names: dict[str, str], sym_names: dict[sympy.Symbol, str],
-                      first_check: int) -> tuple[list[dict[str, Any]], list[Check], list[tuple[Load, str]]]:
-        """The prologue of a product with `a_reductions` (ir/row_prologue.py): each reduction over the program's
-        BM rows of a, BK columns at a time, as the reduction template folds, its result rounded to its stored
-        dtype and kept as a [BM, 1] column (res0, res1, ...) that the later parts and a's tiles read."""
-        g0, g1, g2 = operand_vars()
-        names = {**sym_names, g0: "bi", g1: "rm[:, None]", g2: "gk[None, :]"}
-        parts, checks, results = [], [], []
-        for j, part in enumerate(k.a_reductions):
-            writer = body_writer(arg_names, names, "rmask_all", prefix=f"p{j}g", zero="a_zero",
-                                 guard=_row_or_column_guard("a", "rmask_all", "a_zero"))
-            for node, name in results:
-                writer.bind(node, name)
-            value = writer.value(part.value)
-            acc = _reduction_parts(part.op, part.acc_dtype)
-            result, update = acc.pop("result"), acc.pop("update")
-            rounded = result if part.out_dtype == "bool" else \
-                f"({result}).to({TL_TYPE[part.out_dtype]}).to({COMPUTE_TL[part.out_dtype]})"
-            parts.append({"name": f"res{j}", "op": part.op, "body": writer.lines,
-                          "checks": _checks(writer.checks, first=first_check + len(checks) + 1),
-                          "value": f"({value}).to({acc['acc_type']})", **acc, "update": update.split("\n"),
-                          "rounded": f"({rounded})[:, None]"})
-            checks += writer.checks
-            results.append((row_result(part.name, part.out_dtype), f"res{j}"))
-        return parts, checks, results
 
     def matmul(self, k: MatmulKernel) -> tuple[str, dict[str, Any]]:
         return "matmul.py.jinja", self._matmul(k)
@@ -382,15 +351,11 @@ class TritonRenderer(KernelRenderer):
         exprs = [k.batch, k.m, k.n, k.k]
         operands: dict[str, Any] = {}
         checks: list[Check] = []
-        prologue, checks, results = self._a_reductions(k, arg_names, sym_names, 0)
-        for part in k.a_reductions:
-            exprs += scalar.index_exprs(part.value)
         sides = (("a", k.a, "rm[:, None]", "gk[None, :]"), ("b", k.b, "gk[:, None]", "rn[None, :]"))
         for side, operand, rows, cols in sides:
             if isinstance(operand, GatheredOperand):
                 exprs += scalar.index_exprs(operand.value)
-                operands[side], side_checks = self._gathered(operand, side, rows, cols, arg_names, sym_names,
-                                                             results if side == "a" else [])
+                operands[side], side_checks = self._gathered(operand, side, rows, cols, arg_names, sym_names)
                 operands[side]["checks"] = _checks(side_checks, first=len(checks) + 1)
                 checks += side_checks
             elif isinstance(operand, PanelView):
@@ -420,7 +385,7 @@ class TritonRenderer(KernelRenderer):
             "operand_type": compute or TL_TYPE[operand_dtype],
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
-            "epilogue": epilogue, "prologue": prologue,
+            "epilogue": epilogue,
             "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
@@ -502,22 +467,6 @@ class TritonRenderer(KernelRenderer):
 
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
     return [{"condition": c.condition, "code": first + i} for i, c in enumerate(checks)]
-
-
-def _row_or_column_guard(side: str, mask: str, zero: str):
-    """The pointer block of each load of a gathered `a` (its tile's rows g1, columns g2): a load that varies
-    along the columns only (a norm's weight) reads a [1, BK] block, one along the rows only (a token id) a
-    [BM, 1] block, not BM x BK (the template defines a_kmask/a_kzero and a_mmask/a_mzero); any other the
-    tile's `mask` and `zero`."""
-    _, g1, g2 = operand_vars()
-
-    def guard(load: Load) -> tuple[str, str]:
-        used = load.index.free_symbols
-        if load.indirect or (g1 in used and g2 in used):
-            return mask, zero
-        return (f"{side}_mmask", f"{side}_mzero") if g1 in used else (f"{side}_kmask", f"{side}_kzero")
-
-    return guard
 
 
 def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:

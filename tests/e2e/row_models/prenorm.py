@@ -1,9 +1,8 @@
-"""A pre-norm model's shapes, each norm read by one matrix product alone (ir/row_prologue.py moves it into the
-product): token embeddings and a layer norm into a linear layer (the gather and its index check in the
-product), an RMS norm into two linear layers without bias (a gated MLP's gate and up projections: each
-computes it), and a softmax into a product with a weight. Rows of
-50 and 72 (not a multiple of the C++ kernels' 8 lanes, nor of a Triton BK) with a batch and a sequence
-dimension, for tests/e2e/test_row_prologues.py."""
+"""A pre-norm model's shapes: token embeddings and a layer norm into a linear layer (the gather and its index
+check in the row kernel), an RMS norm read by two linear layers without bias (a gated MLP's gate and up
+projections), and a softmax into a product with a weight. Rows of 50 and 72 (not a multiple of the C++
+kernels' 8 lanes, nor of a Triton block) with a batch and a sequence dimension, for the Triton interpreter
+test in tests/codegen/test_triton_compile.py."""
 
 import torch
 from torch import nn
