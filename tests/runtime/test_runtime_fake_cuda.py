@@ -756,3 +756,73 @@ def test_each_bucket_variant_is_checked_like_the_step(runtime_build, wide_packag
     assert result.returncode == 1, result.stderr
     assert f"cuda.steps[{index}].variants" in result.stderr and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("pdl", ["1", "0", None], ids=["AOTPACK_CUDA_PDL=1", "AOTPACK_CUDA_PDL=0", "by default"])
+def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(runtime_build, package, tmp_path, pdl):
+    """A package for sm_90 only marks every kernel "pdl" (it begins with griddepcontrol.wait), and with
+    AOTPACK_CUDA_PDL=1 the runtime launches those through cuLaunchKernelEx with programmatic stream
+    serialization, in graphs and out of them; by default (an experiment yet to be measured) and with 0 it
+    launches them with cuLaunchKernel."""
+    path, steps = package
+    with zipfile.ZipFile(path) as z:
+        kernels = json.loads(z.read("cuda/sm_90/kernels.json"))["kernels"]
+        source = z.read("cuda/kernels.py").decode()
+    assert kernels and all(k["pdl"] is True for k in kernels), kernels
+    assert source.count("tl.extra.cuda.gdc_wait()") == len(kernels), source
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        for graphs in (True, False):
+            session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=graphs)
+            session.run([np.ones((5, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace), **({"AOTPACK_CUDA_PDL": pdl} if pdl is not None else {}),
+    )
+    assert result.returncode == 0, result.stderr
+    launches = [line for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
+    assert len(launches) == 2 * steps, launches  # one capture, one direct run
+    assert all(line.endswith(" programmatic") == (pdl == "1") for line in launches), launches
+
+
+
+def test_programmatic_launch_is_chosen_per_model_as_it_loads(runtime_build, package, tmp_path):
+    """scripts/gpu_bench.py times the same package with and without it in one process: the runtime reads
+    AOTPACK_CUDA_PDL when a model first sets up the GPU, so a model loaded with it set keeps it."""
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import os
+        import numpy as np
+        from aotpack import runtime as rt
+        os.environ["AOTPACK_CUDA_PDL"] = "1"
+        with_pdl = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
+        del os.environ["AOTPACK_CUDA_PDL"]
+        without = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
+        for session in (with_pdl, without, with_pdl):
+            session.run([np.ones((5, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    launches = [line.endswith(" programmatic") for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
+    assert launches == [True] * steps + [False] * steps + [True] * steps, launches
+
+def test_a_package_for_an_architecture_before_sm90_too_has_no_grid_dependency_control(tmp_path):
+    """ptxas refuses griddepcontrol before sm_90 and one source is compiled for every architecture."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp_path / "model.py", Small().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}}, {"n": (1, 16)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    result = build_package(captured, tmp_path / "small.aotpack", targets=Targets(None, CudaTarget((80, 90))))
+    with zipfile.ZipFile(result.path) as z:
+        for arch in (80, 90):
+            kernels = json.loads(z.read(f"cuda/sm_{arch}/kernels.json"))["kernels"]
+            assert kernels and not any(k["pdl"] for k in kernels), kernels
+        assert "gdc_wait" not in z.read("cuda/kernels.py").decode()

@@ -97,7 +97,7 @@ def test_small_kernels_are_not_tuned():
 def render_triton_library_with(program, tuning_state):
     from aotpack.lowering.codegen.library import render_library
 
-    return render_library(TritonRenderer(program, 90, tuning_state))
+    return render_library(TritonRenderer(program, 90, tuning_state, pdl=True))  # as render_triton_library for sm_90
 
 
 def test_a_choice_reaches_the_kernel_its_grid_and_its_bucket(monkeypatch):

@@ -64,7 +64,8 @@ class CudaBackend(Backend):
                 entries.append({"name": kernel.name, "cubin": layout.cuda_cubin(arch, kernel.name), "function": c.name,
                                 "num_warps": c.num_warps, "shared": c.shared,
                                 "global_scratch_size": c.global_scratch_size,
-                                "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version})
+                                "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version,
+                                "pdl": kernel.pdl})
             members[layout.cuda_kernels(arch)] = canonical_json({"arch": arch, "kernels": entries})
         members[layout.CUDA_SOURCE] = artifacts.library.source.encode()
         return members

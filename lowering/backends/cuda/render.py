@@ -71,6 +71,7 @@ class TritonKernel(RenderedKernel):
     num_stages: int
     symbols: tuple[int, ...]  # indices of the program symbols passed after the buffers, in order
     errors: tuple[str, ...]  # messages of the error-flag values 1, 2, ...; empty: no flag parameter
+    pdl: bool = False  # begins with griddepcontrol.wait: may be launched with programmatic dependent launch
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -84,9 +85,11 @@ class TritonRenderer(KernelRenderer):
     language = "triton"
     language_name = "Triton"
 
-    def __init__(self, program: Program, arch: int | None = None, tuning: Tuning | None = None) -> None:
+    def __init__(self, program: Program, arch: int | None = None, tuning: Tuning | None = None,
+                 pdl: bool = False) -> None:
         super().__init__(program)
         self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
+        self.pdl = pdl  # every kernel waits for the previous one itself (see `finish`)
         self.tuning = tuning  # export-time tuning (tuning.py): collects candidates, or applies its choices
         self._forced: MatmulConfig | AttentionConfig | None = None  # a configuration instead of the table's
 
@@ -145,13 +148,15 @@ class TritonRenderer(KernelRenderer):
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """Named after its source and launch options; the launch data of its step is the grid."""
         meta = data["meta"]
+        if self.pdl:
+            body = _with_grid_dependency_wait(body)
         key = body + repr(sorted(meta["constexprs"].items())) + f"w{meta['num_warps']}s{meta['num_stages']}"
         name = "t_" + hashlib.sha256(key.encode()).hexdigest()[:16]
         rendered = TritonKernel(
             name=name, family=kernel.family, source=body.replace("KERNEL_NAME", name),
             signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
-            errors=tuple(meta["errors"]))
+            errors=tuple(meta["errors"]), pdl=self.pdl)
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
@@ -503,13 +508,33 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
     raise UnsupportedError(f"reduction {op} has no Triton form")
 
 
+# Programmatic dependent launch (sm_90+): a kernel launched with it may start while the previous kernel on the
+# stream finishes, so that the gap between two kernels in a CUDA graph (about 2 us on an H200 at GPT-2's one
+# token, against kernels of 2-5 us) overlaps the previous kernel's tail. Each kernel therefore first waits for
+# the previous one to finish and its memory to be visible (gdc_wait), so every read and write keeps its order.
+# It does not let the next kernel start early (no gdc_launch_dependents: triggering at a kernel's start was
+# 4-15% slower, its waiting programs holding SM slots; docs/performance.md). The wait is a no-op when a kernel
+# is launched without it; ptxas refuses it before sm_90, so a package for an older architecture too has none
+# (one source is compiled for every architecture of the package).
+PDL_MIN_ARCH = 90
+
+
+def _with_grid_dependency_wait(body: str) -> str:
+    lines = body.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("def ")) + 1
+    return "\n".join([*lines[:at], "    tl.extra.cuda.gdc_wait()", *lines[at:]])
+
+
 def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False) -> RenderedLibrary:
     """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
     chosen for the newest of `archs` (one source is compiled for them all): from the tables, or with `tune`,
-    by timing candidates on this machine's GPU, which must be of that architecture (tuning.py)."""
+    by timing candidates on this machine's GPU, which must be of that architecture (tuning.py). With no
+    architecture (Triton's interpreter) no kernel waits for programmatic dependent launch."""
     arch = max(archs) if archs else None
+    pdl = bool(archs) and min(archs) >= PDL_MIN_ARCH
     if not tune:
-        return render_library(TritonRenderer(program, arch))
+        return render_library(TritonRenderer(program, arch, pdl=pdl))
     from .tuning import tuned_library  # imports torch's CUDA side only when tuning
 
-    return tuned_library(program, archs, lambda tuning: render_library(TritonRenderer(program, arch, tuning)))
+    return tuned_library(program, archs,
+                         lambda tuning: render_library(TritonRenderer(program, arch, tuning, pdl=pdl)))

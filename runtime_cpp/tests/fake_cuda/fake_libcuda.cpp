@@ -326,21 +326,52 @@ CUresult cuPointerGetAttributes(unsigned int n, int* attributes, void** data, CU
 }
 /* Records the launch (function, grid, block, shared memory and the first parameter, the buffer pointer every
  * step has); the kernel does nothing. */
-CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                        unsigned int bz, unsigned int shared, void* stream, void** params, void** extra) {
-  (void)stream;
-  (void)extra;
+static CUresult launch(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                       unsigned int bz, unsigned int shared, void** params, const char* how) {
   char first[64];
   if (params) name_of(*(CUdeviceptr*)params[0], first, sizeof(first));
   static int count;
-  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s)", capture_prefix(),
-        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none");
+  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s)%s", capture_prefix(),
+        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none", how);
   if (fails_now("FAKE_CUDA_FAIL_LAUNCH", &count)) {
     if (g_capturing) g_capture_failed = 1;
     return 700;
   }
   record(2, NULL, NULL, 0, 0);
   return 0;
+}
+CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                        unsigned int bz, unsigned int shared, void* stream, void** params, void** extra) {
+  (void)stream;
+  (void)extra;
+  return launch(f, gx, gy, gz, bx, by, bz, shared, params, "");
+}
+
+/* cuda.h's CUlaunchConfig and CUlaunchAttribute (CUDA 12.0+). A launch through cuLaunchKernelEx is traced as
+ * cuLaunchKernel's, followed by " programmatic" when it allows programmatic stream serialization (attribute 6),
+ * so traces compare the same steps either way. */
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;
+  } value;
+} FakeLaunchAttribute;
+typedef struct {
+  unsigned int gx, gy, gz, bx, by, bz, shared;
+  void* stream;
+  FakeLaunchAttribute* attrs;
+  unsigned int num_attrs;
+} FakeLaunchConfig;
+CUresult cuLaunchKernelEx(const FakeLaunchConfig* c, void* f, void** params, void** extra) {
+  (void)extra;
+  int programmatic = 0;
+  for (unsigned int i = 0; i < c->num_attrs; ++i) {
+    if (c->attrs[i].id == 6) programmatic = c->attrs[i].value.value != 0;
+    else return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute this fake does not know */
+  }
+  return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, params, programmatic ? " programmatic" : "");
 }
 
 CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {

@@ -65,6 +65,7 @@ Status load(Driver* d) {
   resolve_symbol(handle, "cuGraphLaunch", &d->cuGraphLaunch);
   resolve_symbol(handle, "cuGraphExecDestroy", &d->cuGraphExecDestroy);
   resolve_symbol(handle, "cuGraphDestroy", &d->cuGraphDestroy);
+  resolve_symbol(handle, "cuLaunchKernelEx", &d->cuLaunchKernelEx);
   if (missing) {
     dlclose(handle);
     return unsupported("the NVIDIA driver library libcuda.so.1 lacks ", missing, "; the driver is too old for aotpack");

@@ -57,6 +57,29 @@ constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;       // size_t
 constexpr unsigned int CU_MEMORYTYPE_HOST = 1;
 constexpr unsigned int CU_MEMORYTYPE_DEVICE = 2;
 
+// cuLaunchKernelEx's configuration (cuda.h's CUlaunchConfig and CUlaunchAttribute, CUDA 12.0+), for the one
+// attribute aotpack sets: programmatic stream serialization (programmatic dependent launch, sm_90+), which lets
+// a kernel's programs start while the previous kernel's last ones finish; the kernel waits (griddepcontrol.wait)
+// before touching memory. The value is a 64-byte union in the driver's ABI.
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute must match the driver's layout");
+struct CUlaunchConfig {
+  unsigned int grid_x, grid_y, grid_z;
+  unsigned int block_x, block_y, block_z;
+  unsigned int shared_bytes;
+  CUstream stream;
+  CUlaunchAttribute* attrs;
+  unsigned int num_attrs;
+};
+
 // The driver functions aotpack calls, resolved once per process.
 struct Driver {
   CUresult (*cuInit)(unsigned int);
@@ -105,6 +128,8 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  // Programmatic dependent launch: optional (CUDA 12.0+); kernels launch with cuLaunchKernel without it.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
   bool has_graphs() const {
     return cuStreamBeginCapture && cuStreamEndCapture && (cuGraphInstantiateWithFlags || cuGraphInstantiate) &&
            cuGraphLaunch && cuGraphExecDestroy && cuGraphDestroy;

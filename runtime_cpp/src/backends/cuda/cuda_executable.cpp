@@ -1,6 +1,7 @@
 #include "cuda_executable.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda_weight_upload.hpp"
@@ -25,6 +26,14 @@ std::string archs_string(const std::vector<int64_t>& archs) {
 }
 
 std::string driver_string(int version) { return str_cat(version / 1000, ".", version % 1000 / 10); }
+
+// AOTPACK_CUDA_PDL=1 (read as a model sets up a device) launches the kernels that wait for their predecessor
+// (kernels.json "pdl") with programmatic dependent launch. Off by default until measured against launching
+// without it (docs/performance.md); one process can load a model with it and another without.
+bool pdl_requested() {
+  const char* v = std::getenv("AOTPACK_CUDA_PDL");
+  return v && std::strcmp(v, "1") == 0;
+}
 
 }  // namespace
 
@@ -87,6 +96,7 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
   for (int g = 0; g < 3; ++g)
     AOTPACK_CUDA_CHECK(*d, cuDeviceGetAttribute(&dev->max_grid[g], attrs[g], dev->device), "cuDeviceGetAttribute(grid)");
   const int64_t cc = major * 10 + minor;
+  const bool programmatic = pdl_requested();
   dev->label = str_cat("CUDA device ", index, " (", name, ", compute capability ", major, ".", minor, ")");
   // Triton builds exact-architecture cubins (sm_90a for 9.0): only an exact match runs.
   if (std::find(plan_.archs.begin(), plan_.archs.end(), cc) == plan_.archs.end())
@@ -154,6 +164,11 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
                                     str_cat("cuFuncSetAttribute(", kname, ", shared memory)").c_str()));
     f.threads = static_cast<unsigned int>(warps * 32);
     f.shared = static_cast<unsigned int>(shared);
+    // "pdl" (optional, false when absent: packages before it): the kernel begins with griddepcontrol.wait.
+    if (const json::Value* pdl = k.find("pdl")) {
+      if (!pdl->is_bool()) return r.error(JsonReader::join(path, "pdl"), "expected true or false");
+      f.programmatic = pdl->as_bool() && cc >= 90 && d->cuLaunchKernelEx != nullptr && programmatic;
+    }
     found[ki] = 1;
   }
   for (size_t i = 0; i < found.size(); ++i) {

@@ -33,6 +33,9 @@ class CudaDevice {
     cuda::CUfunction fn = nullptr;
     unsigned int threads = 0;  // num_warps * 32
     unsigned int shared = 0;
+    // Launched with programmatic dependent launch: kernels.json says the cubin waits for the previous
+    // kernel itself (griddepcontrol.wait) and the device is sm_90 or newer.
+    bool programmatic = false;
   };
   const cuda::Driver* driver = nullptr;
   int index = 0;
