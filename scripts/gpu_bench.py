@@ -286,8 +286,8 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
         measure_point(p, graphs, direct, host, dev, host_in, repeat)
         p["pdl_equal_graphs"] = all(torch.equal(a.to_torch(), b.to_torch())
                                     for a, b in zip(pdl.run(dev), graphs.run(dev)))
-        p["aotpack_pdl_ms"] = median_ms(lambda: pdl.run(dev), repeat, sync=False)
-        p["aotpack_ms_after_pdl"] = median_ms(lambda: graphs.run(dev), repeat, sync=False)  # drift check
+        p["aotpack_pdl_ms"] = median_ms(lambda dev=dev: pdl.run(dev), repeat, sync=False)
+        p["aotpack_ms_after_pdl"] = median_ms(lambda dev=dev: graphs.run(dev), repeat, sync=False)  # drift check
 
         def eager_run(dev=dev):
             with torch.no_grad():
