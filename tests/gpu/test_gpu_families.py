@@ -130,4 +130,3 @@ def test_unknown_device_index_is_refused(tmp_path, rt, cuda_arch):
     result = export_cuda(spec, tmp_path / "lin.aotpack", cuda_arch)
     with pytest.raises(rt.AotpackError, match="does not exist"):
         rt.Model(result.path).session(device="cuda:64")
-
