@@ -789,6 +789,22 @@ def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(ru
 
 
 
+
+def test_a_kernels_pdl_mark_that_is_not_a_boolean_is_refused_at_load(runtime_build, package, tmp_path):
+    from corrupt_packages import pack, read_entries
+
+    path, _ = package
+    entries = read_entries(path.read_bytes())
+    meta = json.loads(entries["cuda/sm_90/kernels.json"])
+    meta["kernels"][0]["pdl"] = "yes"
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(pack({**entries, "cuda/sm_90/kernels.json": json.dumps(meta).encode()}))
+    result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+    assert result.returncode == 1, result.stderr
+    assert "kernels[0].pdl" in result.stderr and "expected true or false" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
 def test_programmatic_launch_is_chosen_per_model_as_it_loads(runtime_build, package, tmp_path):
     """scripts/gpu_bench.py times the same package with and without it in one process: the runtime reads
     AOTPACK_CUDA_PDL when a model first sets up the GPU, so a model loaded with it set keeps it."""
