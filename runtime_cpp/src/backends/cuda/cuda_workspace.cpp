@@ -444,6 +444,8 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
     if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0) continue;  // nothing to compute at these sizes
     for (size_t j = 0; j < k.symbols.size(); ++j) l.symbols[j] = symbols[k.symbols[j]];
     const CudaDevice::Function& f = dev.functions[kernel];
+    const unsigned gx = static_cast<unsigned>(grid[0]), gy = static_cast<unsigned>(grid[1]),
+                   gz = static_cast<unsigned>(grid[2]);
     CUresult r;
     if (f.programmatic) {
       // The kernel may start while the previous one finishes; it waits for it before touching memory. The
@@ -451,12 +453,10 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
       CUlaunchAttribute attr{};
       attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attr.value.programmatic_stream_serialization_allowed = 1;
-      CUlaunchConfig config{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
-                            static_cast<unsigned>(grid[2]), f.threads, 1, 1, f.shared, stream_, &attr, 1};
+      CUlaunchConfig config{gx, gy, gz, f.threads, 1, 1, f.shared, stream_, &attr, 1};
       r = d.cuLaunchKernelEx(&config, f.fn, l.params.data(), nullptr);
     } else {
-      r = d.cuLaunchKernel(f.fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
-                           static_cast<unsigned>(grid[2]), f.threads, 1, 1, f.shared, stream_, l.params.data(), nullptr);
+      r = d.cuLaunchKernel(f.fn, gx, gy, gz, f.threads, 1, 1, f.shared, stream_, l.params.data(), nullptr);
     }
     if (r != CUDA_SUCCESS) return check(d, r, str_cat("launching cuda step ", i, " (kernel ", k.name, ")").c_str());
   }
