@@ -6,7 +6,9 @@
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
                      its readers share, ir/copy_elision.py turns copies into views of what they copy,
                      ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels,
-                     and ir/norm_folding.py folds a norm's row kernel into the products that read it)
+                     ir/shared_combination.py moves the sum all readers of a product make of it into
+                     the product, and ir/norm_folding.py folds a norm's row kernel into the products
+                     that read it)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -41,6 +43,7 @@ from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
 from .ir.norm_folding import fold_norms
 from .ir.row_fusion import fuse_rows
+from .ir.shared_combination import fuse_shared_combinations
 from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
@@ -75,13 +78,14 @@ def lower(captured: CapturedProgram) -> Program:
     fused, then row reductions fused with their consumers (scripts and tests that look at the kernels an
     export makes call this). Row fusion runs after the other fusions: the passes before it need not know row
     kernels, and it sees the consumers they leave. Norm folding reads the row kernels and the products'
-    final epilogues, so it comes last."""
+    final epilogues, so it comes last, after the pass that lets a norm read one buffer instead of a sum."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(program))
-    return fold_norms(fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program)))))
+    program = fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
+    return fold_norms(fuse_shared_combinations(program))
 
 
 def _lower(state: Compilation) -> Compilation:

@@ -83,11 +83,12 @@ print(json.dumps({"errors": errors, "rel": [relative_error(o.float().numpy(), r.
 
 
 @pytest.mark.parametrize("model", ["examples/mlp", "examples/transformer_block", "tests/e2e/row_models/prenorm",
-                                   "tests/e2e/row_models/folded_norms"])
+                                   "tests/e2e/row_models/folded_norms", "tests/e2e/row_models/residual_sum"])
 def test_example_kernels_match_eager_in_the_triton_interpreter(model):
     """Row kernels feeding products: the transformer block's layer norms (folded into the products that read
     them), prenorm.py's gathered embedding and its layer norm, an RMS norm two products read and a softmax
-    into a product, folded_norms.py's layer and RMS norms folded and the two it leaves, in batch x seq rows."""
+    into a product, folded_norms.py's layer and RMS norms folded and the two it leaves, residual_sum.py's sum
+    stored by its product, in batch x seq rows."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # must be set before anything imports Triton
     path = REPO / f"{model}.py" if model.startswith("tests") else REPO / model / "model.py"
     result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(path)],

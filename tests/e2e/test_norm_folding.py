@@ -81,3 +81,31 @@ def test_folded_package_computes_what_the_unfolded_one_does(dtype, runtime_build
             # no worse than twice the unfolded package's error, plus the float32 allowance (or bfloat16's ulp)
             assert folded_error <= 2 * plain_error + slack, \
                 f"{case} {name}: folded error {folded_error:.2e} against the unfolded package's {plain_error:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sum_every_reader_makes_is_stored_by_the_product_bit_for_bit(dtype, runtime_build, rt, tmp_path,
+                                                                       monkeypatch):
+    """ir/shared_combination.py: the residual sum that the norm and the last add both read is stored by the
+    projection's epilogue, the program computing what it did (in float32 bit for bit); the norm then folds
+    into `up`."""
+    model = MODEL.parent / "residual_sum.py"
+    spec = with_dtype(load_model_file(model), dtype)
+    assert [s.family for s in lowered(spec).steps] == ["matmul"] * 3
+    monkeypatch.setattr(stages, "fold_norms", lambda program: program)
+    assert [s.family for s in lowered(spec).steps] == ["matmul", "row", "matmul", "matmul"]
+    stored = export_spec(spec, tmp_path / "stored.aotpack")
+    monkeypatch.setattr(stages, "fuse_shared_combinations", lambda program: program)
+    assert [s.family for s in lowered(spec).steps] == ["matmul", "row", "matmul", "matmul"]
+    recomputed = export_spec(with_dtype(load_model_file(model), dtype), tmp_path / "recomputed.aotpack")
+    assert stored.manifest["verification"]["passed"] and recomputed.manifest["verification"]["passed"]
+    a_session, b_session = rt.Model(stored.path).session(), rt.Model(recomputed.path).session()
+    gen = torch.Generator().manual_seed(1)
+    for batch, seq in ((1, 1), (3, 17), (4, 40)):
+        inputs = [to_numpy((torch.randn(batch, seq, 50, generator=gen) * 2).to(dtype)) for _ in range(2)]
+        (a,), (b,) = a_session.run(inputs), b_session.run(inputs)
+        if dtype == torch.float32:
+            assert a.shape == b.shape and np.array_equal(a, b), f"{batch} x {seq}: storing the sum changed it"
+        else:  # stored, the sum is rounded to bfloat16 (as eager stores it), where the readers kept it in float
+            a, b = from_runtime(a, dtype), from_runtime(b, dtype)
+            assert np.abs(a - b).max() <= 2 ** -7 * np.abs(b).max(), f"{batch} x {seq}: more than rounding apart"
