@@ -4,7 +4,7 @@
 # out[b, m, n] = an elementwise epilogue of sum over k of a[b, m, k] * b[b, k, n] with tl.dot on BM x BN tiles, BK deep; operands are
 # strided views, out is contiguous. Program (tile, batch); tiles grouped GROUP_M rows at a time for L2 reuse.
 @triton.jit
-def t_fd54aa78194fabb4(in0, in1, in2, in3, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def t_a7a86efe3b8d1db1(in0, in1, in2, in3, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     M = s_n
     N = 4
     K = 8
@@ -32,18 +32,22 @@ def t_fd54aa78194fabb4(in0, in1, in2, in3, out, s_n, BM: tl.constexpr, BN: tl.co
     a_ptrs = in0 + a_off + bi * a_sb + rm[:, None] * a_sm + rk[None, :] * a_sk
     b_ptrs = in1 + b_off + bi * b_sb + rk[:, None] * b_sk + rn[None, :] * b_sn
     acc = tl.zeros([BM, BN], tl.float32)
-    a_sum1 = tl.zeros([BM], tl.float32)  # the row sums of a its epilogue reads (a folded norm)
-    a_sum2 = tl.zeros([BM], tl.float32)  # the row sums of a its epilogue reads (a folded norm)
+    # the row sums of a that the epilogue reads (a folded norm): summed elementwise over the k steps, each
+    # thread its own elements, and across the row once after the loop (no shuffles or barriers in the loop)
+    a_part1 = tl.zeros([BM, BK], tl.float32)
+    a_part2 = tl.zeros([BM, BK], tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
         a_tile = tl.load(a_ptrs, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0).to(tl.bfloat16)
         b_tile = tl.load(b_ptrs, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0).to(tl.bfloat16)
         acc = tl.dot(a_tile, b_tile, acc, input_precision="tf32", out_dtype=tl.float32)
         a_float = a_tile.to(tl.float32)
-        a_sum1 += tl.sum(a_float, axis=1)
-        a_sum2 += tl.sum(a_float * a_float, axis=1)
+        a_part1 += a_float
+        a_part2 += a_float * a_float
         a_ptrs += BK * a_sk
         b_ptrs += BK * b_sk
+    a_sum1 = tl.sum(a_part1, axis=1)
+    a_sum2 = tl.sum(a_part2, axis=1)
     out_ptrs = out + bi * M * N + rm[:, None] * N + rn[None, :]
     # the fused epilogue of element (bi, rm, rn): the product's consumer, computed on the tile before it is stored
     omask = (rm[:, None] < M) & (rn[None, :] < N)
