@@ -4,11 +4,8 @@
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
                      repeat an earlier one, ir/sibling_products.py merges products of one operand,
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
-                     its readers share, ir/copy_elision.py turns copies into views of what they copy,
-                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels,
-                     ir/shared_combination.py moves the sum all readers of a product make of it into
-                     the product, and ir/norm_folding.py folds a norm's row kernel into the products
-                     that read it)
+                     its readers share, ir/copy_elision.py turns copies into views of what they copy, and
+                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
@@ -41,9 +38,7 @@ from .ir.copy_elision import elide_copies
 from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
-from .ir.norm_folding import fold_norms
 from .ir.row_fusion import fuse_rows
-from .ir.shared_combination import fuse_shared_combinations
 from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
@@ -76,16 +71,14 @@ class Stage:
 def lower(captured: CapturedProgram) -> Program:
     """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, matrix-product epilogues
     fused, then row reductions fused with their consumers (scripts and tests that look at the kernels an
-    export makes call this). Row fusion runs after the other fusions: the passes before it need not know row
-    kernels, and it sees the consumers they leave. Norm folding reads the row kernels and the products'
-    final epilogues, so it comes last, after the pass that lets a norm read one buffer instead of a sum."""
+    export makes call this). Row fusion runs last: the passes before it need not know row kernels, and it
+    sees the consumers they leave."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(program))
-    program = fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
-    return fold_norms(fuse_shared_combinations(program))
+    return fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
 
 
 def _lower(state: Compilation) -> Compilation:

@@ -208,24 +208,8 @@ def epilogue_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
 
 def product_value(dtype: str) -> Load:
     """In an epilogue: the product's element at (e0, e1, e2), rounded to the product's dtype, as the
-    unfused program stored it for the pointwise kernel that read it; at float32, the accumulator itself."""
+    unfused program stored it for the pointwise kernel that read it."""
     return Load(ACC, sympy.Integer(0), dtype)
-
-
-A_ROW_SUM = "@a_row_sum"  # the pseudo-buffer of an epilogue's row sums of a (`a_row_sum`)
-
-
-def a_row_sum(power: int) -> Load:
-    """In an epilogue: the sum over k of a[e0, e1, k] ** power (1 or 2) in float32, accumulated by the product
-    from the tiles of a it loads (ir/norm_folding.py: a norm's statistics)."""
-    return Load(A_ROW_SUM, sympy.Integer(power), "float32")
-
-
-def a_row_sum_powers(kernel: MatmulKernel) -> tuple[int, ...]:
-    """The powers of a whose row sums the product's epilogue reads, in increasing order."""
-    if kernel.epilogue is None:
-        return ()
-    return tuple(sorted({int(load.index) for load in scalar.loads(kernel.epilogue) if load.buffer == A_ROW_SUM}))
 
 
 @dataclass(frozen=True)
@@ -236,8 +220,7 @@ class MatmulKernel:
 
     With an `epilogue`, out[b, m, n] is that expression of the index variables e0, e1, e2 (b, m, n), in
     which `product_value` stands for the product's element: a bias, activation, residual add or cast fused
-    into the kernel that computes the product (ir/epilogue.py), stored in the output buffer's dtype. It may
-    read the row sums of a (`a_row_sum`): a norm folded into the product (ir/norm_folding.py).
+    into the kernel that computes the product (ir/epilogue.py), stored in the output buffer's dtype.
     """
 
     output: str
@@ -253,7 +236,7 @@ class MatmulKernel:
     family = "matmul"
 
     def reads(self) -> tuple[str, ...]:
-        extra = [b for b in _buffers_of(self.epilogue) if b not in (ACC, A_ROW_SUM)] if self.epilogue is not None else []
+        extra = [b for b in _buffers_of(self.epilogue) if b != ACC] if self.epilogue is not None else []
         return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *extra)))
 
 

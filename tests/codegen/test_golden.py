@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import sympy
-import torch
 from aotpack.lowering.backends.cpu.render import CppRenderer, render_cpp_library
 from aotpack.lowering.ir.kernels import (
     AttentionKernel,
@@ -30,7 +29,6 @@ from aotpack.lowering.ir.kernels import (
     product_value,
     row_result,
 )
-from aotpack.lowering.ir.norm_folding import fold_norms
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
 
@@ -55,37 +53,6 @@ _ROW_X = Op("cast", (Load("w2", 8 * x0 + r0, "float16", (Indirect(x0, Load("x", 
                                                                  "embedding at model.py:3: an index is outside 0..3"),)),),
             "float32")
 _ROW_D = Op("sub", (_ROW_X, Op("cast", (row_result("mean", "float16"),), "float32")), "float32")
-
-
-def _folded_layer_norm() -> Program:
-    """bf16 layer norm of x's rows (gamma, beta) read by a product with w2^T: ir/norm_folding.py folds the norm
-    into the product, which then reads x against w2 scaled by gamma and sums x's rows for the statistics."""
-    x = Op("cast", (Load("x", 8 * i0 + r0, "bfloat16"),), "float32")
-    mean = Op("div", (row_result("sum", "float32"), Const(8.0, "float32")), "float32")
-    d = Op("sub", (x, mean), "float32")
-    rstd = Op("rsqrt", (Op("add", (Op("div", (row_result("sq", "float32"), Const(8.0, "float32")), "float32"),
-                                   Const(1e-5, "float32")), "float32"),), "float32")
-    norm = Op("cast", (Op("add", (Op("mul", (Op("mul", (d, rstd), "float32"),
-                                              Op("cast", (Load("gamma", r0, "bfloat16"),), "float32")), "float32"),
-                                  Op("cast", (Load("beta", r0, "bfloat16"),), "float32")), "float32"),), "bfloat16")
-    row = RowKernel("y", (n,), (sympy.Integer(8),), (RowReduction("sum", x, "sum", "float32", "float32"),
-                                                     RowReduction("sq", Op("mul", (d, d), "float32"), "sum", "float32",
-                                                                  "float32")), norm)
-    product = MatmulKernel("out", StridedView("y", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
-                           StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
-                           sympy.Integer(1), n, sympy.Integer(4), sympy.Integer(8), "bfloat16")
-    buffers = [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("gamma", "bfloat16", (8,), "weight", "gamma"),
-               Buffer("beta", "bfloat16", (8,), "weight", "beta"), Buffer("w2", "bfloat16", (4, 8), "weight", "w2"),
-               Buffer("y", "bfloat16", X.shape, "arena"), Buffer("out", "bfloat16", (n, 4), "output", "output")]
-    gen = torch.Generator().manual_seed(0)
-    weights = {name: torch.randn(shape, generator=gen).to(torch.bfloat16) for name, shape in
-               (("gamma", (8,)), ("beta", (8,)), ("w2", (4, 8)))}
-    program = Program(symbols=(Symbol("n", 1, 64),), buffers={b.name: b for b in buffers}, steps=(row, product),
-                      inputs=("x",), outputs=("out",), weights=weights)
-    folded = fold_norms(program)
-    assert [s.family for s in folded.steps] == ["matmul"], "the layer norm is folded into the product"
-    return folded
-
 
 CASES = {
     "pointwise_broadcast_fused": _program(
@@ -178,7 +145,6 @@ CASES = {
                          "float32"))],
         [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (4, 8), "weight", "w2"),
          Buffer("bias", "bfloat16", (4,), "weight", "bias"), Buffer("out", "bfloat16", (n, 4), "output", "output")]),
-    "matmul_folded_layer_norm": _folded_layer_norm(),
 }
 
 

@@ -85,10 +85,10 @@ print(json.dumps({"errors": errors, "rel": [relative_error(o.float().numpy(), r.
 @pytest.mark.parametrize("model", ["examples/mlp", "examples/transformer_block", "tests/e2e/row_models/prenorm",
                                    "tests/e2e/row_models/folded_norms", "tests/e2e/row_models/residual_sum"])
 def test_example_kernels_match_eager_in_the_triton_interpreter(model):
-    """Row kernels feeding products: the transformer block's layer norms (folded into the products that read
-    them), prenorm.py's gathered embedding and its layer norm, an RMS norm two products read and a softmax
-    into a product, folded_norms.py's layer and RMS norms folded and the two it leaves, residual_sum.py's sum
-    stored by its product, in batch x seq rows."""
+    """Row kernels feeding products: the transformer block's layer norms, prenorm.py's gathered embedding
+    and its layer norm, an RMS norm two products read and a softmax into a product, folded_norms.py's pre-norm,
+    post-norm and tied-embedding norms, residual_sum.py's residual sum read by a norm and by an epilogue, in
+    batch x seq rows."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # must be set before anything imports Triton
     path = REPO / f"{model}.py" if model.startswith("tests") else REPO / model / "model.py"
     result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(path)],

@@ -36,8 +36,6 @@ from ...ir.kernels import (
     StridedView,
     epilogue_vars,
     operand_vars,
-    a_row_sum,
-    a_row_sum_powers,
     product_value,
     row_result,
     split_gather,
@@ -283,19 +281,15 @@ class CppRenderer(KernelRenderer):
         element = "tile[i * NC + j]"
         if k.epilogue is None:
             return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
-                    "epilogue_lines": None, "row_sums": ()}
+                    "epilogue_lines": None}
         e0, e1, e2 = epilogue_vars()
         writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
-        writer.bind(product_value("float32"), element)  # the float accumulator (a folded norm reads it)
         # the product rounded to its dtype, as the unfused program stored it for the epilogue's kernel
         writer.bind(product_value(k.dtype), load_from_storage(store_to_storage(element, k.dtype), k.dtype)
                     if k.dtype != "float32" else element)
-        powers = a_row_sum_powers(k)
-        for power in powers:  # the template sums the row of a (ir/norm_folding.py)
-            writer.bind(a_row_sum(power), f"static_cast<float>(a_sum{power})")
         value = writer.value(k.epilogue)
         return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
-                "epilogue_lines": writer.lines, "row_sums": powers}
+                "epilogue_lines": writer.lines}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""

@@ -37,8 +37,6 @@ from ...ir.kernels import (
     ReductionKernel,
     RowKernel,
     ScatterKernel,
-    a_row_sum,
-    a_row_sum_powers,
     epilogue_vars,
     operand_vars,
     product_value,
@@ -393,7 +391,6 @@ class TritonRenderer(KernelRenderer):
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
             "epilogue": epilogue,
-            "row_sums": a_row_sum_powers(k),
             "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
@@ -414,11 +411,8 @@ class TritonRenderer(KernelRenderer):
 
         writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "rm[:, None]", e2: "rn[None, :]"}, "omask",
                              prefix="ep", zero="ozero", guard=guard)
-        writer.bind(product_value("float32"), "acc")  # the float accumulator (a folded norm reads it)
         rounded = "acc" if k.dtype == "float32" else f"acc.to({TL_TYPE[k.dtype]}).to(tl.float32)"
         writer.bind(product_value(k.dtype), rounded)  # the product as the unfused program stored it
-        for power in a_row_sum_powers(k):  # summed by the k loop from the tiles of a (ir/norm_folding.py)
-            writer.bind(a_row_sum(power), f"a_sum{power}[:, None]")
         value = writer.value(k.epilogue)
         return {"lines": writer.lines, "value": value}, writer.checks
 

@@ -1,11 +1,10 @@
-"""Norms that ir/norm_folding.py folds into the products that read them, and two it must leave alone.
-
-Folded: a layer norm of the input into a linear layer with a bias; an RMS norm written as Llama writes it (the
-normalised row rounded to the input's dtype before the weight multiplies it) into two linear layers without a
-bias. Left: a layer norm whose output is also the residual (post-norm, BERT's), and the final layer norm into
-an output projection tied to the embedding the second output gathers from (folding would store the table
-twice). Rows of 50: not a multiple of
-the C++ kernels' 8 lanes, nor of a Triton block."""
+"""Norms between products, as pre-norm and post-norm models place them: a layer norm of the input into a
+linear layer with a bias; an RMS norm written as Llama writes it (the normalised row rounded to the input's
+dtype before the weight multiplies it) into two linear layers without a bias; a layer norm whose output is also
+the residual (post-norm, BERT's); and a final layer norm into an output projection tied to the embedding the
+second output gathers from. Session 14's norm-folding experiment (branch experiment/norm-folding) folded the
+first two into their products; kept for the Triton interpreter test. Rows of 50: not a multiple of the C++
+kernels' 8 lanes, nor of a Triton block."""
 
 import torch
 from torch import nn

@@ -1,6 +1,6 @@
 """Llama's residual pattern: a product's output added to the residual stream, the sum read by an RMS norm and
-by the next residual add, and never stored (ir/shared_combination.py makes the product store it, then
-ir/norm_folding.py folds the norm). Rows of 50."""
+by the next residual add and never stored (the row kernel and the down projection's epilogue each add it
+again). Rows of 50; for the Triton interpreter test."""
 
 import torch
 from torch import nn
