@@ -114,6 +114,40 @@ def _listed(value):
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
+class WideBlocks(nn.Module):
+    """Pre-norm MLP blocks at GPT-2's widths (768 and 3072): the families above stay within the few-row tiles,
+    while a model's products over thousands of rows take the large ones (128 x 256 and the tuned), which only
+    the benchmark's full-size exports reached before (session 14: a kernel change passed every test here and
+    was wrong there)."""
+
+    def __init__(self, dim: int = 768, hidden: int = 3072, layers: int = 2):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(layers))
+        self.ups = nn.ModuleList(nn.Linear(dim, hidden) for _ in range(layers))
+        self.downs = nn.ModuleList(nn.Linear(hidden, dim) for _ in range(layers))
+
+    def forward(self, x):
+        for norm, up, down in zip(self.norms, self.ups, self.downs):
+            x = x + down(F.gelu(up(norm(x)), approximate="tanh"))
+        return x
+
+
+def test_products_at_model_widths_match_eager_on_cuda(tmp_path, rt, cuda_arch):
+    torch.manual_seed(0)
+    module = WideBlocks().to(torch.bfloat16).eval()
+    spec = ModelSpec(HERE, module, (torch.randn(5, 768).to(torch.bfloat16),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 4096)})
+    result = export_cuda(spec, tmp_path / "wide.aotpack", cuda_arch)
+    session = rt.Model(result.path).session(device="cuda")
+    reference = copy.deepcopy(module).float()
+    for n in (1, 16, 300, 2048, 4096):
+        torch.manual_seed(n)
+        x = torch.randn(n, 768).to(torch.bfloat16)
+        with torch.no_grad():
+            half, expected = [module(x)], [reference(x.float())]
+        compare(session.run([to_numpy(x)]), expected, result.manifest["signature"], f"wide n={n}", half=half)
+
+
 def test_bad_index_is_reported_not_read(tmp_path, rt, cuda_arch):
     module = Embedding().eval()
     spec = ModelSpec(HERE, module, (torch.randint(0, 50, (4,)),), ("x",), {"x": {0: "n"}}, {"n": (1, 8)})
