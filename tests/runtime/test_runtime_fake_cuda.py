@@ -842,3 +842,65 @@ def test_a_package_for_an_architecture_before_sm90_too_has_no_grid_dependency_co
             kernels = json.loads(z.read(f"cuda/sm_{arch}/kernels.json"))["kernels"]
             assert kernels and not any(k["pdl"] for k in kernels), kernels
         assert "gdc_wait" not in z.read("cuda/kernels.py").decode()
+
+
+def scratch_package(package, tmp_path, **fields):
+    """The package with its first step's kernel marked as taking global scratch (kernels.json's fields), and
+    the index of that kernel's hidden global scratch parameter (after its buffers, symbols and flag)."""
+    from corrupt_packages import pack, read_entries
+
+    path, _ = package
+    entries = read_entries(path.read_bytes())
+    program = json.loads(entries["program.json"])["cuda"]
+    step = program["steps"][0]
+    kernel = next(k for k in program["kernels"] if k["name"] == step["kernel"])
+    meta = json.loads(entries["cuda/sm_90/kernels.json"])
+    entry = next(k for k in meta["kernels"] if k["name"] == step["kernel"])
+    entry.update(fields)
+    edited = tmp_path / "scratch.aotpack"
+    edited.write_bytes(pack({**entries, "cuda/sm_90/kernels.json": json.dumps(meta).encode()}))
+    return edited, step["kernel"], len(step["args"]) + len(kernel["symbols"]) + (1 if kernel["errors"] else 0)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_a_kernel_that_takes_global_scratch_gets_its_programs_worth(runtime_build, package, tmp_path, graphs):
+    """Persistent TMA products make their descriptors in global scratch (Triton's hidden parameter after the
+    kernel's own): the session allocates the most a launch takes at the declared maxima (n = 16) once, and
+    every launch of such a kernel passes it; the others keep a null pointer there."""
+    path, kernel, index = scratch_package(package, tmp_path, global_scratch_size=12288, global_scratch_align=128)
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs={graphs})
+        for n in (16, 5, 16):
+            session.run([np.ones((n, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace), FAKE_CUDA_TRACE_PARAM=str(index),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = trace.read_text().splitlines()
+    launches = [line for line in lines if f"cuLaunchKernel({kernel}," in line]
+    assert len(launches) == (2 if graphs else 3), launches  # with graphs: captured once per shape
+    at_max = re.search(r"grid (\d+) (\d+) (\d+)", launches[0]).groups()
+    programs = int(at_max[0]) * int(at_max[1]) * int(at_max[2])
+    allocation = next(re.search(r"= (d\d+)", line).group(1) for line in lines
+                      if line.startswith(f"cuMemAlloc({12288 * programs})"))
+    assert all(line.split(f"parameter {index} ")[1].startswith(f"{allocation}+0)") for line in launches), launches
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"global_scratch_size": 256, "global_scratch_align": 3}, "global_scratch_align: expected a power of two"),
+    ({"global_scratch_size": 100, "global_scratch_align": 128}, "global_scratch_align: expected a power of two"),
+    ({"global_scratch_size": -1}, "global_scratch_size: expected 0..1048576"),
+    ({"profile_scratch_size": 64}, "needs profile scratch memory"),
+], ids=["align 3", "size not a multiple", "negative size", "profile scratch"])
+def test_scratch_a_runtime_cannot_give_is_refused_at_load(runtime_build, package, tmp_path, fields, message):
+    bad, _, _ = scratch_package(package, tmp_path, **fields)
+    result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

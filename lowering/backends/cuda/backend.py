@@ -48,7 +48,8 @@ class CudaBackend(Backend):
             steps.append(step)
         return {
             "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors), "family": k.family,
-                         "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages}}
+                         "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
+                                    **({"persistent_tma": True} if k.persistent else {})}}
                         for k in library.kernels],
             "steps": steps,
         }
@@ -64,6 +65,7 @@ class CudaBackend(Backend):
                 entries.append({"name": kernel.name, "cubin": layout.cuda_cubin(arch, kernel.name), "function": c.name,
                                 "num_warps": c.num_warps, "shared": c.shared,
                                 "global_scratch_size": c.global_scratch_size,
+                                "global_scratch_align": c.global_scratch_align,
                                 "profile_scratch_size": c.profile_scratch_size, "ptx_version": c.ptx_version,
                                 "pdl": kernel.pdl})
             members[layout.cuda_kernels(arch)] = canonical_json({"arch": arch, "kernels": entries})

@@ -12,6 +12,10 @@ The rule aims at the two regimes a declared range spans:
   halves or quarters the loop's trips.
 - More rows: the largest tile (up to 128 x 256, 8 warps, 3 stages: the tensor cores' regime) that still
   gives the grid a program per two SMs.
+- Hopper (sm_90 and later, every target architecture): tuning also times persistent programs that read
+  their operands through tensor memory accelerator (TMA) descriptors (templates/triton/matmul_persistent.py.jinja),
+  one program per SM walking the output tiles, for products of at least TMA_MIN_ROWS rows whose operands
+  TMA can read (render.py `_tma_operands`). The table does not choose them until measured faster there.
 
 SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
 scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
@@ -32,6 +36,10 @@ class MatmulConfig:
     group_m: int
     num_warps: int
     num_stages: int
+    # one program per SM walking the tiles, operands loaded through TMA descriptors (sm_90+); with
+    # warp_specialize, Triton splits each program into producer (loads) and consumer (tensor core) warps
+    persistent: bool = False
+    warp_specialize: bool = False
 
 
 def _pow2(n: int) -> int:
@@ -82,14 +90,26 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
                    (16, 16, 256, 4, 4), (16, 16, 512, 4, 3), (16, 32, 256, 4, 4), (16, 32, 512, 4, 3))
 
 
-def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None) -> list[MatmulConfig]:
+# Persistent TMA programs tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows): the tiles of
+# Triton's persistent-matmul tutorial and Inductor's persistent TMA template for Hopper. (BM, BN, BK, warps,
+# stages, warp specialisation).
+TMA_MIN_ROWS = 256
+PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
+                         (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
+
+
+def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
-    table). float32 and float64 products keep the table's choice."""
+    table), then, where `tma` (the renderer's word that every target is sm_90+ and TMA can read both
+    operands), persistent TMA programs. float32 and float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch)
     if dtype in ("float32", "float64"):
         return [chosen]
     fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
             for bm, bn, bk, warps, stages in HALF_CANDIDATES
             if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n)) and (bm == 16) == (m <= 16)]
+    if tma and m >= TMA_MIN_ROWS:
+        fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
+                 for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]
     return list(dict.fromkeys([chosen, *fits]))

@@ -37,6 +37,7 @@ from ...ir.kernels import (
     ReductionKernel,
     RowKernel,
     ScatterKernel,
+    StridedView,
     epilogue_vars,
     operand_vars,
     product_value,
@@ -47,7 +48,7 @@ from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
 from .attention_config import AttentionConfig, attention_candidates, attention_config
-from .matmul_config import MatmulConfig, matmul_candidates, matmul_config
+from .matmul_config import SM_COUNT, MatmulConfig, matmul_candidates, matmul_config
 from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class TritonKernel(RenderedKernel):
     symbols: tuple[int, ...]  # indices of the program symbols passed after the buffers, in order
     errors: tuple[str, ...]  # messages of the error-flag values 1, 2, ...; empty: no flag parameter
     pdl: bool = False  # begins with griddepcontrol.wait: may be launched with programmatic dependent launch
+    persistent: bool = False  # a persistent matrix product reading through TMA descriptors (global scratch)
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -86,10 +88,11 @@ class TritonRenderer(KernelRenderer):
     language_name = "Triton"
 
     def __init__(self, program: Program, arch: int | None = None, tuning: Tuning | None = None,
-                 pdl: bool = False) -> None:
+                 pdl: bool = False, tma: bool = False) -> None:
         super().__init__(program)
         self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
         self.pdl = pdl  # every kernel waits for the previous one itself (see `finish`)
+        self.tma = tma  # every target has the tensor memory accelerator (sm_90+): persistent TMA products may run
         self.tuning = tuning  # export-time tuning (tuning.py): collects candidates, or applies its choices
         self._forced: MatmulConfig | AttentionConfig | None = None  # a configuration instead of the table's
 
@@ -98,11 +101,35 @@ class TritonRenderer(KernelRenderer):
         choice first; empty: not tunable."""
         if isinstance(kernel, MatmulKernel):
             return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
-                                     self.operand_dtype(kernel.a), self.arch)
+                                     self.operand_dtype(kernel.a), self.arch,
+                                     tma=self.tma and self.tma_operands(kernel) is not None)
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
                                         kernel.dtype == "float32")
         return []
+
+    def tma_operands(self, k: MatmulKernel) -> bool | None:
+        """Whether TMA descriptors can read both operands of the product, and how: True when b is stored
+        [N, K] (nn.Linear's weight, b's k stride 1), False when [K, N] (n stride 1); None when they cannot.
+        A descriptor reads a 2-D tensor with unit inner stride from a 16-byte aligned address with row
+        strides that are nonzero multiples of 16 bytes, and a gathered operand has no memory to read; the
+        template handles one matrix (batch 1) and extents below 2^31."""
+        if not (isinstance(k.a, StridedView) and isinstance(k.b, StridedView)) or k.batch != 1:
+            return None
+        size = DTYPES[self.operand_dtype(k.a)].itemsize
+        if size != 2 or DTYPES[self.operand_dtype(k.b)].itemsize != 2:
+            return None
+        _, a_sm, a_sk = k.a.strides
+        _, b_sk, b_sn = k.b.strides
+        if a_sk != 1 or 1 not in (b_sk, b_sn):
+            return None
+        rows_n = b_sk == 1
+        b_row = b_sn if rows_n else b_sk
+        if any(self.max(e) >= 2**31 for e in (k.m, k.n, k.k)):
+            return None
+        aligned = all(_multiple_of(e * size, 16) for e in (k.a.offset, k.b.offset))
+        strides = all(_multiple_of(e * size, 16) and e != 0 for e in (a_sm, b_row))
+        return rows_n if aligned and strides else None
 
     def operand_dtype(self, operand: Operand) -> str:
         """A matrix product operand's element type (a product's output may be wider: addmm's float32)."""
@@ -156,7 +183,7 @@ class TritonRenderer(KernelRenderer):
             name=name, family=kernel.family, source=body.replace("KERNEL_NAME", name),
             signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
-            errors=tuple(meta["errors"]), pdl=self.pdl)
+            errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")))
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
@@ -338,7 +365,8 @@ class TritonRenderer(KernelRenderer):
         return {"gather": True, "split": False, "lines": writer.lines, "value": value}, writer.checks
 
     def matmul(self, k: MatmulKernel) -> tuple[str, dict[str, Any]]:
-        return "matmul.py.jinja", self._matmul(k)
+        data = self._matmul(k)
+        return data.pop("template"), data
 
     def _matmul(self, k: MatmulKernel) -> dict[str, Any]:
         arg_names, sym_names = self.names(k)
@@ -377,10 +405,23 @@ class TritonRenderer(KernelRenderer):
             epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
+        template = "matmul.py.jinja"
+        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
+        if config.persistent:
+            rows_n = self.tma_operands(k) if self.tma else None
+            if rows_n is None:
+                raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
+                                       "read (tma_operands)")
+            constexprs["WARP_SPECIALIZE"] = int(config.warp_specialize)
+            operands["b_rows_n"] = rows_n
+            template = "matmul_persistent.py.jinja"
+            # a program per SM of the architecture configurations are chosen for: on a GPU of fewer SMs some
+            # take one tile more (correct, a little unbalanced)
+            grid = (sympy.Min(grid[0], SM_COUNT.get(self.arch, min(SM_COUNT.values()))), sympy.Integer(1),
+                    sympy.Integer(1))
         params = self._params(k, exprs, bool(checks), constexprs)
         compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
-        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
-        return {
+        return {"template": template, 
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
             "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
             # b laid out in panels by a layout pass (ir.kernels.PanelView): element (k, n) at
@@ -394,7 +435,8 @@ class TritonRenderer(KernelRenderer):
             "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
-                     "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid},
+                     "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
+                     "persistent": config.persistent},
         }
 
     def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
@@ -517,6 +559,12 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
 # is launched without it; ptxas refuses it before sm_90, so a package for an older architecture too has none
 # (one source is compiled for every architecture of the package).
 PDL_MIN_ARCH = 90
+TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
+
+
+def _multiple_of(expr: sympy.Expr, n: int) -> bool:
+    """Whether an integer expression of the size symbols is a multiple of n at every value of them."""
+    return bool((sympy.sympify(expr) / n).is_integer)
 
 
 def _with_grid_dependency_wait(body: str) -> str:
@@ -532,9 +580,10 @@ def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: b
     architecture (Triton's interpreter) no kernel waits for programmatic dependent launch."""
     arch = max(archs) if archs else None
     pdl = bool(archs) and min(archs) >= PDL_MIN_ARCH
+    tma = bool(archs) and min(archs) >= TMA_MIN_ARCH
     if not tune:
-        return render_library(TritonRenderer(program, arch, pdl=pdl))
+        return render_library(TritonRenderer(program, arch, pdl=pdl, tma=tma))
     from .tuning import tuned_library  # imports torch's CUDA side only when tuning
 
     return tuned_library(program, archs,
-                         lambda tuning: render_library(TritonRenderer(program, arch, tuning, pdl=pdl)))
+                         lambda tuning: render_library(TritonRenderer(program, arch, tuning, pdl=pdl, tma=tma)))

@@ -17,6 +17,7 @@ for the call's sizes; a package's kernels are compiled before any call, one per 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
@@ -240,9 +241,14 @@ class Timer:
             return 0.0
         try:
             launch = compiled[blocks]
-            launch(*args)
+            # Triton's launcher takes a kernel's global scratch (persistent products' TMA descriptors) from
+            # the allocator set for the calling context: set in a copy, so the exporting process keeps its own.
+            context = contextvars.copy_context()
+            context.run(self.triton.set_allocator, _scratch_allocator)
+            context.run(launch, *args)
             torch.cuda.synchronize()
-            return float(self.triton.testing.do_bench(lambda: launch(*args), warmup=5, rep=20, return_mode="median"))
+            return float(context.run(self.triton.testing.do_bench, lambda: launch(*args), warmup=5, rep=20,
+                                     return_mode="median"))
         except Exception as e:  # noqa: BLE001 - a candidate that cannot launch here is not chosen
             self.failures.append(f"{kernel.name}: {type(e).__name__}: {str(e)[:200]}")
             return float("inf")
@@ -283,6 +289,12 @@ def _timing_lock() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _scratch_allocator(size: int, alignment: int, stream: int | None):
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")  # torch's blocks are 512-byte aligned
 
 
 def _describe(config: Config) -> str:

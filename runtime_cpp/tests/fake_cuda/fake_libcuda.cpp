@@ -325,14 +325,23 @@ CUresult cuPointerGetAttributes(unsigned int n, int* attributes, void** data, CU
   return 0;
 }
 /* Records the launch (function, grid, block, shared memory and the first parameter, the buffer pointer every
- * step has); the kernel does nothing. */
+ * step has; with FAKE_CUDA_TRACE_PARAM=<i>, the i-th parameter (from 0) too, read as a device pointer: the
+ * hidden global scratch pointer, say); the kernel does nothing. */
 static CUresult launch(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                        unsigned int bz, unsigned int shared, void** params, const char* how) {
   char first[64];
+  char extra[96] = "";
   if (params) name_of(*(CUdeviceptr*)params[0], first, sizeof(first));
+  const char* traced = getenv("FAKE_CUDA_TRACE_PARAM");
+  if (params && traced) {
+    char value[64];
+    int i = atoi(traced);
+    name_of(*(CUdeviceptr*)params[i], value, sizeof(value));
+    snprintf(extra, sizeof(extra), ", parameter %d %s", i, value);
+  }
   static int count;
-  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s)%s", capture_prefix(),
-        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none", how);
+  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s%s)%s", capture_prefix(),
+        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none", extra, how);
   if (fails_now("FAKE_CUDA_FAIL_LAUNCH", &count)) {
     if (g_capturing) g_capture_failed = 1;
     return 700;

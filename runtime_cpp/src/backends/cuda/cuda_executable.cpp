@@ -146,9 +146,21 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
     if (shared < 0 || shared > smem_optin)
       return unsupported(dev->label, ": kernel ", kname, " needs ", shared, " bytes of shared memory, more than the ",
                          smem_optin, " this device allows");
-    if (global_scratch != 0 || profile_scratch != 0)
-      return unsupported(meta_member, ": kernel ", kname, " needs global scratch memory, which this runtime does not "
-                         "provide yet");
+    // Profile scratch is Triton's instrumentation (proton), which a package never asks for.
+    if (profile_scratch != 0)
+      return unsupported(meta_member, ": kernel ", kname, " needs profile scratch memory (Triton instrumentation), "
+                         "which this runtime does not provide; export again without instrumentation");
+    // "global_scratch_align" (optional: packages before it had no scratch): each program's region starts at
+    // a multiple of global_scratch_size from an allocation aligned to 256 bytes, so the size must keep it.
+    int64_t scratch_align = 1;
+    if (k.find("global_scratch_align"))
+      AOTPACK_RETURN_IF_ERROR(r.int_field(k, path, "global_scratch_align", &scratch_align));
+    if (global_scratch < 0 || global_scratch > (int64_t{1} << 20))
+      return r.error(JsonReader::join(path, "global_scratch_size"), "expected 0..1048576 bytes");
+    if (scratch_align < 1 || scratch_align > 256 || (scratch_align & (scratch_align - 1)) != 0 ||
+        global_scratch % scratch_align != 0)
+      return r.error(JsonReader::join(path, "global_scratch_align"),
+                     "expected a power of two up to 256 that divides global_scratch_size");
     MemberBytes image;
     AOTPACK_RETURN_IF_ERROR(package_->member(cubin, &image));
     AOTPACK_RETURN_IF_ERROR(check_elf_image(cubin, cuda_cubin(), image.data, image.size));
@@ -165,6 +177,7 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
                                     str_cat("cuFuncSetAttribute(", kname, ", shared memory)").c_str()));
     f.threads = static_cast<unsigned int>(warps * 32);
     f.shared = static_cast<unsigned int>(shared);
+    f.scratch_bytes = global_scratch;
     // "pdl" (optional, false when absent: packages before it): the kernel begins with griddepcontrol.wait.
     if (const json::Value* pdl = k.find("pdl")) {
       if (!pdl->is_bool()) return r.error(JsonReader::join(path, "pdl"), "expected true or false");

@@ -36,6 +36,9 @@ class CudaDevice {
     // Launched with programmatic dependent launch: kernels.json says the cubin waits for the previous
     // kernel itself (griddepcontrol.wait) and the device is sm_90 or newer.
     bool programmatic = false;
+    // Bytes of global scratch memory per program (Triton's TMA descriptors made in the kernel); 0: none.
+    // The workspace passes each launch a region of scratch_bytes times the launch's programs.
+    int64_t scratch_bytes = 0;
   };
   const cuda::Driver* driver = nullptr;
   int index = 0;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dtype.hpp"
 #include "timing.hpp"
@@ -185,6 +187,8 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
       }
     }
   }
+  AOTPACK_RETURN_IF_ERROR(s->scratch_at_maxima(maxima.data(), &s->scratch_capacity_));
+  if (s->scratch_capacity_ > 0) AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(s->scratch_capacity_), &s->scratch_));
   const size_t num_flags = std::max<size_t>(executable.plan().steps.size(), 1);
   AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * num_flags, &s->error_flags_));
   void* flags = nullptr;
@@ -204,6 +208,32 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   }
   s->prepare_launches();
   *out = std::move(s);
+  return Status();
+}
+
+// The global scratch the steps need: for each kernel that takes some, its bytes per program times its launch's
+// programs at the declared maxima, the most of any step (grids only grow with the symbols: products of ceiling
+// divisions, and persistent kernels' minimum with the SM count). queue_steps checks each launch against it.
+Status CudaWorkspace::scratch_at_maxima(const int64_t* maxima, uint64_t* out) const {
+  const CudaPlan& plan = executable_->plan();
+  *out = 0;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const CudaStep& step = plan.steps[i];
+    std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
+    for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+    for (const auto& [kernel, grid] : launches) {
+      const int64_t per_program = device_->functions[kernel].scratch_bytes;
+      if (per_program == 0) continue;
+      uint64_t bytes = static_cast<uint64_t>(per_program);
+      for (int g = 0; g < 3; ++g) {
+        int64_t v = 0;
+        AOTPACK_RETURN_IF_ERROR(eval_expr((*grid)[g], maxima, &v).prefixed(str_cat("cuda step ", i, " grid")));
+        if (v < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(v), &bytes))
+          return internal_error("cuda step ", i, ": scratch memory size overflows");
+      }
+      *out = std::max(*out, bytes);
+    }
+  }
   return Status();
 }
 
@@ -446,6 +476,17 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
     const CudaDevice::Function& f = dev.functions[kernel];
     const unsigned gx = static_cast<unsigned>(grid[0]), gy = static_cast<unsigned>(grid[1]),
                    gz = static_cast<unsigned>(grid[2]);
+    l.scratch0 = 0;
+    if (f.scratch_bytes > 0) {
+      uint64_t need = static_cast<uint64_t>(f.scratch_bytes);
+      const bool overflow = __builtin_mul_overflow(need, uint64_t{gx}, &need) ||
+                            __builtin_mul_overflow(need, uint64_t{gy}, &need) ||
+                            __builtin_mul_overflow(need, uint64_t{gz}, &need);
+      if (overflow || need > scratch_capacity_)  // sized at the maxima, which the run's symbols were checked against
+        return internal_error("cuda step ", i, " (kernel ", k.name, "): needs ", need, " bytes of scratch memory, more "
+                              "than the ", scratch_capacity_, " sized at the declared maxima");
+      l.scratch0 = scratch_;
+    }
     CUresult r;
     if (f.programmatic) {
       // The kernel may start while the previous one finishes; it waits for it before touching memory. The

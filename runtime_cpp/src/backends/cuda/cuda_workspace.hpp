@@ -84,6 +84,7 @@ class CudaWorkspace final : public Workspace {
   Status grow_host_staging(const int64_t* symbols);
   void drop_graphs();
   Status bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const;
+  Status scratch_at_maxima(const int64_t* maxima, uint64_t* out) const;
   void prepare_launches();
   Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
   Status bind_device_inputs(const void* const* inputs, const int64_t* symbols);
@@ -111,11 +112,16 @@ class CudaWorkspace final : public Workspace {
   std::vector<void*> retired_staging_;          // outgrown staging memory, freed with the session (grow_staging)
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
+  // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
+  // the declared maxima. 0 when no kernel takes scratch.
+  cuda::CUdeviceptr scratch_ = 0;
+  uint64_t scratch_capacity_ = 0;
   int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too
   std::vector<Graph> graph_cache_;              // capacity WorkspaceOptions::graph_cache_size
   uint64_t graph_clock_ = 0;                    // counts runs, for least-recently-used eviction
-  // Per step, the launch arguments: buffer pointers, symbol values, flag, and two null hidden scratch
-  // pointers (Triton 3.3+ global scratch, 3.5+ profile scratch; extra entries are ignored by older cubins).
+  // Per step, the launch arguments: buffer pointers, symbol values, flag, and two hidden scratch pointers
+  // (Triton 3.3+ global scratch: scratch_ for a kernel that takes it, else null; 3.5+ profile scratch, always
+  // null; extra entries are ignored by older cubins).
   struct Launch {
     std::vector<cuda::CUdeviceptr> pointers;
     std::vector<int64_t> symbols;

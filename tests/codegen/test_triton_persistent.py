@@ -1,0 +1,165 @@
+"""Persistent matrix products reading through TMA descriptors (templates/triton/matmul_persistent.py.jinja):
+which products may use them, that tuning offers them on Hopper only, that they compile for sm_90 with their
+global scratch recorded, and that they compute the product and its fused epilogue in Triton's interpreter."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sympy
+from aotpack.lowering.backends.cuda import render
+from aotpack.lowering.backends.cuda.matmul_config import TMA_MIN_ROWS, MatmulConfig, matmul_candidates
+from aotpack.lowering.codegen.library import render_library
+from aotpack.lowering.ir.kernels import Buffer, GatheredOperand, MatmulKernel, Program, StridedView, Symbol
+from aotpack.lowering.ir.symbolic import size_symbol
+
+HERE = Path(__file__).resolve().parent
+ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
+ROWS = size_symbol("rows")
+PERSISTENT = MatmulConfig(32, 32, 32, 8, 4, 3, persistent=True)
+
+
+def product(n: int = 80, k: int = 72, layout: str = "linear", dtype: str = "float16", a_offset=ZERO,
+            a_row=None, batch=ONE) -> Program:
+    """out[rows, n] = x[rows, k] @ w, w stored [n, k] ("linear": nn.Linear's, read transposed) or [k, n]."""
+    x = Buffer("x", dtype, (ROWS, sympy.Integer(k + 8)), "input", "x")
+    w_shape = (n, k) if layout == "linear" else (k, n)
+    w = Buffer("w", dtype, tuple(sympy.Integer(d) for d in w_shape), "weight", "w")
+    out = Buffer("out", dtype, (ROWS, sympy.Integer(n)), "output", "out")
+    b_strides = (ZERO, ONE, sympy.Integer(k)) if layout == "linear" else (ZERO, sympy.Integer(n), ONE)
+    a = StridedView("x", a_offset, (ZERO, sympy.Integer(k + 8) if a_row is None else a_row, ONE))
+    step = MatmulKernel("out", a, StridedView("w", ZERO, b_strides), batch, ROWS, sympy.Integer(n), sympy.Integer(k), dtype)
+    return Program((Symbol("rows", 1, 4096),), {b.name: b for b in (x, w, out)}, (step,), ("x",), ("out",))
+
+
+def tma_operands(program: Program, **changes) -> bool | None:
+    kernel = dataclasses.replace(program.steps[0], **changes)
+    return render.TritonRenderer(program, 90, tma=True).tma_operands(kernel)
+
+
+def test_tma_reads_dense_half_operands_with_aligned_rows_only():
+    assert tma_operands(product()) is True  # b stored [N, K]
+    assert tma_operands(product(layout="conv1d")) is False  # b stored [K, N]
+    assert tma_operands(product(a_offset=sympy.Integer(8))) is True  # 16 bytes in
+    # a symbolic row stride that is a multiple of 8 elements whatever the symbol is
+    assert tma_operands(product(a_row=8 * ROWS)) is True
+    refused = {
+        "an offset of 3 elements": (product(a_offset=sympy.Integer(3)), {}),
+        "a row stride of 6 bytes": (product(a_row=sympy.Integer(3)), {}),
+        "a row stride of 4 x rows elements": (product(a_row=4 * ROWS), {}),
+        "a broadcast row": (product(a_row=ZERO), {}),
+        "float32 operands": (product(dtype="float32"), {}),
+        "a batch of matrices": (product(batch=sympy.Integer(2)), {}),
+        "a stride along k": (product(), {"a": StridedView("x", ZERO, (ZERO, sympy.Integer(80), sympy.Integer(2)))}),
+        "a gathered operand": (product(), {"a": GatheredOperand(None)}),
+    }
+    for what, (program, changes) in refused.items():
+        assert tma_operands(program, **changes) is None, what
+
+
+def test_tuning_offers_persistent_products_on_hopper_for_many_rows_only():
+    def persistent(m, tma):
+        return [c for c in matmul_candidates(m, 768, 768, "bfloat16", 90, tma=tma) if c.persistent]
+
+    assert persistent(TMA_MIN_ROWS, True) and persistent(16384, True)
+    assert not persistent(TMA_MIN_ROWS - 1, True) and not persistent(16384, False)
+    assert not [c for c in matmul_candidates(16384, 768, 768, "float32", 90, tma=True) if c.persistent]
+    # the renderer offers them only when every target is sm_90+ and the operands are readable by TMA
+    program = product(n=768, k=768)
+    kernel = program.steps[0]
+    for tma, expected in ((True, True), (False, False)):
+        renderer = render.TritonRenderer(program, 90, tma=tma)
+        renderer._cap = (ROWS, 4096)
+        assert any(c.persistent for c in renderer.candidates(kernel)) is expected
+    assert render.render_triton_library(program, (80, 90)).kernels[0].persistent is False
+
+
+def forced(program: Program, config: MatmulConfig, monkeypatch):
+    monkeypatch.setattr(render, "matmul_config", lambda *args: config)
+    return render_library(render.TritonRenderer(program, 90, pdl=True, tma=True))
+
+
+def test_a_persistent_product_launches_a_program_per_sm_at_most(monkeypatch):
+    library = forced(product(), PERSISTENT, monkeypatch)
+    kernel = library.kernels[0]
+    assert kernel.persistent and "make_tensor_descriptor" in kernel.source
+    grid = library.step_launches[0]
+    assert [g.subs(ROWS, 10) for g in grid] == [3, 1, 1]  # 1 x 3 tiles
+    assert [g.subs(ROWS, 4096) for g in grid] == [132, 1, 1]  # 128 x 3 tiles on the H200's 132 SMs
+    with pytest.raises(Exception, match="persistent TMA"):
+        forced(product(dtype="float32"), PERSISTENT, monkeypatch)
+
+
+def test_a_persistent_product_compiles_for_sm_90_with_its_scratch_recorded(tmp_path, monkeypatch):
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    from aotpack.lowering.backends.cuda.compile import compile_triton_library
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    library = forced(product(n=768, k=768), MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True), monkeypatch)
+    compiled = compile_triton_library(library, (90,))[90].kernels[library.kernels[0].name]
+    assert compiled.cubin[:4] == b"\x7fELF"
+    # two descriptors of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
+    assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
+    assert compiled.profile_scratch_size == 0
+
+
+RUN = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1]]
+from triton_interp import run_program
+from pathlib import Path
+from aotpack.exporter import ModelSpec, capture, resolve_symbols
+from aotpack.lowering.backends.cuda import render
+from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
+from aotpack.lowering.codegen.library import render_library
+from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.ir.kernels import MatmulKernel
+from aotpack.lowering.stages import lower
+
+class Block(torch.nn.Module):
+    # a product with a fused epilogue (bias, GELU, residual) and one into a conv1d-style [K, N] weight
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(40, 72)
+        self.down = torch.nn.Parameter(torch.randn(72, 40) / 72 ** 0.5)
+
+    def forward(self, x):
+        return x + torch.nn.functional.gelu(self.up(x)) @ self.down
+
+torch.manual_seed(0)
+model = Block().to(torch.float16).eval()
+x = torch.randn(1, 50, 40, dtype=torch.float16)
+spec = ModelSpec(Path("block.py"), model, (x,), ("x",), {"x": {1: "seq"}}, {"seq": (1, 300)})
+plan = resolve_symbols(spec)
+program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
+products = [s for s in program.steps if isinstance(s, MatmulKernel)]
+config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
+render.matmul_config = lambda *args: config
+library = render_library(render.TritonRenderer(program, 90, tma=True))
+persistent = [k.name for k in library.kernels if k.persistent]
+report = {"products": len(products), "persistent": len(persistent), "errors": {}}
+for seq in (1, 17, 50, 300):
+    x = torch.randn(1, seq, 40, dtype=torch.float16)
+    got, _ = run_program(program, library, [x])
+    want = model.float()(x.float())
+    model.half()
+    report["errors"][seq] = float((got[0].float() - want).abs().max() / want.abs().max())
+print(json.dumps(report))
+"""
+
+
+def test_persistent_products_compute_the_model_in_the_triton_interpreter():
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["persistent"] == report["products"] == 2, report
+    for seq, err in report["errors"].items():
+        assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"
