@@ -1,6 +1,6 @@
 """The Triton matrix product alone, per bucket configuration, against cuBLAS and the memory bandwidth.
 
-    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep] [--rows 1,16] [--budget-s S]
+    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep | --persistent] [--rows 1,16] [--shapes a,b] [--budget-s S]
 
 For the projection shapes of GPT-2 124M, BERT-base and the Llama shape of docs/performance.md (bf16, weights
 read as nn.Linear and GPT-2's Conv1D store them), at M = 1, 16, 128, 512, 2048 (and BERT's batch 8 x 2048),
@@ -9,7 +9,11 @@ render.py, the bucket's configuration from matmul_config.py), checks it against 
 triton.testing.do_bench_cudagraph (kernel time, no launch overhead), next to torch.matmul (cuBLAS) and the
 bytes it must move at the measured copy bandwidth. Each timed call runs over enough copies of the weight
 (at least 256 MB in all) that none is in the 50 MB L2 when it is read, as a model's layers find theirs.
---sweep also times other tile configurations, to tune matmul_config.py's table. Writes OUT_DIR/matmul_bench.json and prints one line per measurement. Needs a GPU.
+--sweep also times other tile configurations, to tune matmul_config.py's table, and on sm_90+ the persistent
+TMA programs tuning offers (matmul_config.PERSISTENT_CANDIDATES, with and without warp specialisation), rendered
+through the same renderer (templates/triton/matmul_persistent.py.jinja). Writes OUT_DIR/matmul_bench.json and
+prints one line per measurement. --persistent times only the table's choice and the persistent programs. Needs a
+GPU.
 """
 
 from __future__ import annotations
@@ -62,6 +66,23 @@ def product_program(n: int, k: int, layout: str, hi: int):
     return Program((Symbol("rows", 1, hi),), {b.name: b for b in (x, w, out)}, (step,), ("x",), ("out",))
 
 
+def persistent_launcher(program, arch: int, prelude: str, config, m: int):
+    """A persistent TMA program of `config` for the program's product, rendered as an export renders it: a
+    function of (x, weight, out) that launches it at m rows."""
+    import triton_interp
+    from aotpack.lowering.backends.cuda.render import TritonRenderer
+    from aotpack.lowering.ir.symbolic import evaluate, size_symbol
+
+    renderer = TritonRenderer(program, arch, tma=True)
+    kernel, grid = renderer.render_with(program.steps[0], config)
+    module = triton_interp.load_module(prelude + "\n" + kernel.source, False)
+    fn = getattr(module, kernel.name)
+    blocks = tuple(evaluate(g, {size_symbol("rows"): m}) for g in grid)
+    constexprs = dict(kernel.constexprs)
+    return lambda x, w, out: fn[blocks](x, w, out, m, **constexprs, num_warps=kernel.num_warps,
+                                        num_stages=kernel.num_stages)
+
+
 def copy_bandwidth() -> float:
     """GB/s of a device-to-device copy of 1 GiB, counting the bytes read and written."""
     src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")
@@ -72,19 +93,24 @@ def copy_bandwidth() -> float:
 
 def main() -> int:
     import triton_interp
+    from aotpack.lowering.backends.cuda.matmul_config import PERSISTENT_CANDIDATES, MatmulConfig
     from aotpack.lowering.backends.cuda.render import render_triton_library
     from aotpack.lowering.ir.symbolic import evaluate, size_symbol
 
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--persistent", action="store_true", help="the table's choice and the persistent programs")
     parser.add_argument("--rows", default=None, help="comma-separated row counts instead of the default set")
+    parser.add_argument("--shapes", default=None, help="comma-separated names of SHAPES (and square_4096)")
     parser.add_argument("--budget-s", type=float, default=1e9)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     major, minor = torch.cuda.get_device_capability(0)
     arch = major * 10 + minor
+    # persistent TMA programs make their descriptors in global scratch, which Triton's launcher asks for here
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     copy_gbs = copy_bandwidth()
     print(f"copy bandwidth: {copy_gbs:.0f} GB/s (1 GiB read + written)", flush=True)
     results = {"device": torch.cuda.get_device_name(0), "arch": arch, "copy_gb_s": copy_gbs, "points": []}
@@ -93,7 +119,11 @@ def main() -> int:
     else:
         cases = [(name, m) for name in SHAPES for m in (ROWS + (BERT_ROWS if name.startswith("bert") else ()))]
         cases.append(("square_4096", SQUARE))
-    for name, m in cases:
+    if args.shapes:
+        names = args.shapes.split(",")
+        cases = [(name, m) for name, m in cases if name in names]
+        if "square_4096" in names and args.rows:
+            cases.append(("square_4096", SQUARE))    for name, m in cases:
         if time.monotonic() - start > args.budget_s:
             print(f"budget spent: stopping before {name} M={m}", flush=True)
             break
@@ -144,7 +174,27 @@ def main() -> int:
                 continue
             point["configs"].append({"config": [bm, bn, bk, warps, stages], "ms": ms, "rel_err": err,
                                      "gb_s": bytes_moved / ms / 1e6, "tflops": 2 * m * n * k / ms / 1e9})
-        ok = [c for c in point["configs"] if "ms" in c]
+        if (args.sweep or args.persistent) and arch >= 90 and m >= 128:
+            for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES:
+                for ws in (False, True):
+                    label = [bm, bn, bk, warps, stages, "persistent", "ws" if ws else "no ws"]
+                    try:
+                        config = MatmulConfig(bm, bn, bk, 8, warps, stages, True, ws)
+                        launch = persistent_launcher(program, arch, library.prelude, config, m)
+                        out.fill_(float("nan"))
+                        launch(x, w, out)
+                        torch.cuda.synchronize()
+                        err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+                        ms = do_bench_cudagraph(lambda launch=launch, x=x, out=out, copies=copies: [launch(x, c, out) for c in copies]) / len(copies)
+                    except Exception as e:  # noqa: BLE001 - report, go on
+                        point["configs"].append({"config": label, "error": str(e)[:200]})
+                        continue
+                    point["configs"].append({"config": label, "ms": ms, "rel_err": err, "gb_s": bytes_moved / ms / 1e6,
+                                             "tflops": 2 * m * n * k / ms / 1e9})
+        wrong = [c for c in point["configs"] if c.get("rel_err", 0) > 2e-2 or c.get("rel_err") != c.get("rel_err")]
+        if wrong:
+            print(f"{name} M={m}: WRONG RESULTS from {[(c['config'], c['rel_err']) for c in wrong]}", flush=True)
+        ok = [c for c in point["configs"] if "ms" in c and c not in wrong]
         if not ok:
             print(f"{name} M={m}: every configuration failed: {point['configs'][0]}", flush=True)
             results["points"].append(point)
@@ -155,7 +205,10 @@ def main() -> int:
         print(f"{name:15} M={m:>5} N={n:>5} K={k:>4}: table {table_entry['config']} {table_entry['ms'] * 1e3:8.1f} us "
               f"({table_entry['gb_s'] / copy_gbs:5.0%} of copy bw, {table_entry['tflops']:6.1f} TFLOP/s, "
               f"{cublas_ms / table_entry['ms']:5.0%} of cuBLAS {cublas_ms * 1e3:.1f} us, err {table_entry['rel_err']:.1e})"
-              + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep else ""), flush=True)
+              + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep or args.persistent else "")
+              + (f"; best persistent {min(persistent, key=lambda c: c['ms'])['config']} "
+                 f"{min(c['ms'] for c in persistent) * 1e3:.1f} us" if (persistent := [c for c in ok if "persistent" in c["config"]]) else ""),
+              flush=True)
         (args.out / "matmul_bench.json").write_text(json.dumps(results, indent=1))
     return 0
 

@@ -157,7 +157,8 @@ print(json.dumps(report))
 def test_persistent_products_compute_the_model_in_the_triton_interpreter():
     pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["persistent"] == report["products"] == 2, report
