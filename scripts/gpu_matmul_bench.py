@@ -123,7 +123,8 @@ def main() -> int:
         names = args.shapes.split(",")
         cases = [(name, m) for name, m in cases if name in names]
         if "square_4096" in names and args.rows:
-            cases.append(("square_4096", SQUARE))    for name, m in cases:
+            cases.append(("square_4096", SQUARE))
+    for name, m in cases:
         if time.monotonic() - start > args.budget_s:
             print(f"budget spent: stopping before {name} M={m}", flush=True)
             break
