@@ -68,14 +68,15 @@ def test_bucket_variants_match_golden(case):
     """Each bucket's configuration on an H200 (sm_90); after an intended change to the rule or the table,
     regenerate with AOTPACK_UPDATE_GOLDEN=1 and review the diff."""
     program = SHAPES[case]
-    renderer = TritonRenderer(program, 90)
+    renderer = TritonRenderer(program, 90, tma=True)  # as render_triton_library renders for sm_90 alone
     whole, grid, variants = renderer.render_variants(program.steps[0])
     lines = [f"deciding size: {renderer.deciding_size(program.steps[0])}"]
     for kernel, variant in [*variants, (whole, None)]:
         upto = f"up to {variant.upto}" if variant else "the rest"
         launch = variant.launch if variant else grid
         lines.append(f"{upto}: {kernel.name} {list(kernel.constexprs)} warps {kernel.num_warps} "
-                     f"stages {kernel.num_stages} grid {[to_json(g) for g in launch]}")
+                     f"stages {kernel.num_stages}{' persistent TMA' if kernel.persistent else ''} "
+                     f"grid {[to_json(g) for g in launch]}")
     text = "\n".join(lines) + "\n"
     path = GOLDEN / f"{case}.variants.txt"
     if os.environ.get("AOTPACK_UPDATE_GOLDEN"):

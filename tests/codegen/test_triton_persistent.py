@@ -80,8 +80,25 @@ def test_tuning_offers_persistent_products_on_hopper_for_many_rows_only():
     assert render.render_triton_library(program, (80, 90)).kernels[0].persistent is False
 
 
+def test_the_hopper_table_chooses_persistent_programs_from_2048_rows():
+    """Cross-compiled sm_90 packages (no tuning) get them where scripts/gpu_matmul_bench.py measured them faster:
+    GPT-2's qkv product over 1..4096 rows, per bucket of its rows."""
+    program = product(n=2304, k=768)
+    library = render.render_triton_library(program, (90,))
+    variants = library.variants_of(0)
+    kernels = {k.name: k for k in library.kernels}
+    by_bucket = {v.upto: kernels[v.kernel] for v in variants.variants}
+    by_bucket[4096] = kernels[library.step_kernels[0]]  # above every bucket: the step's own kernel
+    assert {upto: k.persistent for upto, k in by_bucket.items()} == {16: False, 128: False, 512: False, 2048: True,
+                                                                      4096: True}, by_bucket
+    assert dict(by_bucket[2048].constexprs)["BN"] == 128 and dict(by_bucket[4096].constexprs)["BN"] == 256
+    # not when a target lacks TMA, nor for products below the measured sizes
+    assert not any(k.persistent for k in render.render_triton_library(program, (80, 90)).kernels)
+    assert not any(k.persistent for k in render.render_triton_library(product(n=512, k=768), (90,)).kernels)
+
+
 def forced(program: Program, config: MatmulConfig, monkeypatch):
-    monkeypatch.setattr(render, "matmul_config", lambda *args: config)
+    monkeypatch.setattr(render, "matmul_config", lambda *args, **kwargs: config)
     return render_library(render.TritonRenderer(program, 90, pdl=True, tma=True))
 
 
@@ -140,7 +157,7 @@ plan = resolve_symbols(spec)
 program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
 products = [s for s in program.steps if isinstance(s, MatmulKernel)]
 config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
-render.matmul_config = lambda *args: config
+render.matmul_config = lambda *args, **kwargs: config
 library = render_library(render.TritonRenderer(program, 90, tma=True))
 persistent = [k.name for k in library.kernels if k.persistent]
 report = {"products": len(products), "persistent": len(persistent), "errors": {}}

@@ -12,10 +12,10 @@ The rule aims at the two regimes a declared range spans:
   halves or quarters the loop's trips.
 - More rows: the largest tile (up to 128 x 256, 8 warps, 3 stages: the tensor cores' regime) that still
   gives the grid a program per two SMs.
-- Hopper (sm_90 and later, every target architecture): tuning also times persistent programs that read
-  their operands through tensor memory accelerator (TMA) descriptors (templates/triton/matmul_persistent.py.jinja),
-  one program per SM walking the output tiles, for products of at least TMA_MIN_ROWS rows whose operands
-  TMA can read (render.py `_tma_operands`). The table does not choose them until measured faster there.
+- Hopper (sm_90 and later, every target architecture), products whose operands the tensor memory
+  accelerator (TMA) can read (render.py `tma_operands`): persistent programs that load through TMA
+  descriptors (templates/triton/matmul_persistent.py.jinja), one program per SM walking the output tiles.
+  The table chooses them from 2048 rows on (PERSISTENT_TABLE); tuning times them from TMA_MIN_ROWS rows.
 
 SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
 scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
@@ -62,9 +62,13 @@ WIDE_TILES = ((64, 64, 32, 4, 3), (64, 32, 64, 4, 4), (32, 64, 64, 4, 4), (32, 3
               (16, 16, 64, 4, 4))
 
 
-def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None) -> MatmulConfig:
-    """The tiles for a product of at most m rows, n columns and depth k (the bucket's largest sizes)."""
+def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False) -> MatmulConfig:
+    """The tiles for a product of at most m rows, n columns and depth k (the bucket's largest sizes); `tma`:
+    the renderer's word that every target is sm_90+ and TMA can read both operands."""
     wide = dtype in ("float32", "float64")
+    if tma and not wide and m >= 2048 and 768 <= n <= 4096 and 768 <= k <= 4096:
+        bm, bn, bk, warps, stages = PERSISTENT_TABLE[0 if m <= 2048 else 1]
+        return MatmulConfig(bm, bn, min(bk, _pow2(k)), 8, warps, stages, persistent=True)
     sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
     # no taller or wider than the product (rounded up to a power of two, at least tl.dot's 16); 16-row tiles
     # exactly when there are at most 16 rows
@@ -94,6 +98,14 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
 # Triton's persistent-matmul tutorial and Inductor's persistent TMA template for Hopper. (BM, BN, BK, warps,
 # stages, warp specialisation).
 TMA_MIN_ROWS = 256
+# The table's persistent programs (sm_90+): up to 2048 rows, then above. H200, Triton 3.6,
+# `scripts/gpu_matmul_bench.py OUT --persistent --rows 2048,4096,16384` over GPT-2's and BERT-base's projections
+# and 4096^3 (docs/data/matmul_persistent_h200.json, docs/performance.md): against the tiled table, 2048 rows
+# 11-16% faster except BERT's 768 x 768 (2% slower); 4096 rows 2% faster summed over the six shapes; 16384 rows
+# 3-12% faster (94-97% of cuBLAS, the tiled table 86-95%); 4096^3 at 100% of cuBLAS (95%). Smaller products
+# (fewer than 2048 rows, or columns or depth outside 768..4096: vocabulary products) were not measured
+# and keep the tiled table.
+PERSISTENT_TABLE = ((128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
 PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 
@@ -103,7 +115,7 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
     table), then, where `tma` (the renderer's word that every target is sm_90+ and TMA can read both
     operands), persistent TMA programs. float32 and float64 products keep the table's choice."""
-    chosen = matmul_config(m, n, k, dtype, arch)
+    chosen = matmul_config(m, n, k, dtype, arch, tma)
     if dtype in ("float32", "float64"):
         return [chosen]
     fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)

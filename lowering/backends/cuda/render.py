@@ -378,7 +378,8 @@ class TritonRenderer(KernelRenderer):
                                    "(floating point only)")
         operand_dtype = self.operand_dtype(k.a)
         config = self._forced if isinstance(self._forced, MatmulConfig) else matmul_config(
-            self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch)
+            self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch,
+            tma=self.tma and self.tma_operands(k) is not None)
         bm, bn, bk = config.bm, config.bn, config.bk
         constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
         exprs = [k.batch, k.m, k.n, k.k]
