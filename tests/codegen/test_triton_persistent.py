@@ -92,6 +92,11 @@ def test_the_hopper_table_chooses_persistent_programs_from_2048_rows():
     assert {upto: k.persistent for upto, k in by_bucket.items()} == {16: False, 128: False, 512: False, 2048: True,
                                                                       4096: True}, by_bucket
     assert dict(by_bucket[2048].constexprs)["BN"] == 128 and dict(by_bucket[4096].constexprs)["BN"] == 256
+    # a vocabulary product from 129 rows (the tuned exports' logits)
+    logits = render.render_triton_library(product(n=50257, k=768), (90,))
+    names = {k.name: k.persistent for k in logits.kernels}
+    assert [names[v.kernel] for v in logits.variants_of(0).variants] == [False, False]
+    assert names[logits.step_kernels[0]] is True
     # not when a target lacks TMA, nor for products below the measured sizes
     assert not any(k.persistent for k in render.render_triton_library(program, (80, 90)).kernels)
     assert not any(k.persistent for k in render.render_triton_library(product(n=512, k=768), (90,)).kernels)

@@ -15,7 +15,8 @@ The rule aims at the two regimes a declared range spans:
 - Hopper (sm_90 and later, every target architecture), products whose operands the tensor memory
   accelerator (TMA) can read (render.py `tma_operands`): persistent programs that load through TMA
   descriptors (templates/triton/matmul_persistent.py.jinja), one program per SM walking the output tiles.
-  The table chooses them from 2048 rows on (PERSISTENT_TABLE); tuning times them from TMA_MIN_ROWS rows.
+  The table chooses them where they measured faster (`_persistent_tiles`: from 2048 rows, and vocabulary
+  products from 129); tuning times them from TMA_MIN_ROWS rows.
 
 SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
 scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
@@ -66,8 +67,9 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: boo
     """The tiles for a product of at most m rows, n columns and depth k (the bucket's largest sizes); `tma`:
     the renderer's word that every target is sm_90+ and TMA can read both operands."""
     wide = dtype in ("float32", "float64")
-    if tma and not wide and m >= 2048 and 768 <= n <= 4096 and 768 <= k <= 4096:
-        bm, bn, bk, warps, stages = PERSISTENT_TABLE[0 if m <= 2048 else 1]
+    persistent = _persistent_tiles(m, n, k) if tma and not wide else None
+    if persistent is not None:
+        bm, bn, bk, warps, stages = persistent
         return MatmulConfig(bm, bn, min(bk, _pow2(k)), 8, warps, stages, persistent=True)
     sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
     # no taller or wider than the product (rounded up to a power of two, at least tl.dot's 16); 16-row tiles
@@ -105,7 +107,24 @@ TMA_MIN_ROWS = 256
 # 3-12% faster (94-97% of cuBLAS, the tiled table 86-95%); 4096^3 at 100% of cuBLAS (95%). Smaller products
 # (fewer than 2048 rows, or columns or depth outside 768..4096: vocabulary products) were not measured
 # and keep the tiled table.
+# Vocabulary products (more than 4096 columns) from 129 rows: the persistent 128 x 256 program was the fastest
+# candidate tuning timed for GPT-2's (50257 x 768) and the Llama shape's (32000 x 1024) logits in every bucket
+# from 129..512 up (H200, session 15's scripts/gpu_bench.py exports: 0.166 -> 0.138 ms at 129..512, 0.543 ->
+# 0.465 at 513..2048 and 1.144 -> 0.951 at 2049..4096 for GPT-2, summed over each bucket's two sizes; 2-7%
+# for the Llama shape's).
 PERSISTENT_TABLE = ((128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
+
+
+def _persistent_tiles(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
+    """The table's persistent TMA program (BM, BN, BK, warps, stages) for a half product of at most m rows,
+    n columns and depth k whose operands TMA reads, where it measured faster than the tiled table; else None."""
+    if not 768 <= k <= 4096:
+        return None
+    if n > 4096:
+        return PERSISTENT_TABLE[1] if m >= 512 else None
+    if n >= 768 and m >= 2048:
+        return PERSISTENT_TABLE[0 if m <= 2048 else 1]
+    return None
 PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 
