@@ -110,8 +110,8 @@ TMA_MIN_ROWS = 256
 # Vocabulary products (more than 4096 columns) from 129 rows: the persistent 128 x 256 program was the fastest
 # candidate tuning timed for GPT-2's (50257 x 768) and the Llama shape's (32000 x 1024) logits in every bucket
 # from 129..512 up (H200, session 15's scripts/gpu_bench.py exports: 0.166 -> 0.138 ms at 129..512, 0.543 ->
-# 0.465 at 513..2048 and 1.144 -> 0.951 at 2049..4096 for GPT-2, summed over each bucket's two sizes; 2-7%
-# for the Llama shape's).
+# 0.465 at 513..2048 and 1.144 -> 0.951 at 2049..4096 for GPT-2, summed over each bucket's two sizes; 2-6%
+# for the Llama shape's up to 2048 rows, whose 2049..4096 bucket kept the tiled table's tile).
 PERSISTENT_TABLE = ((128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
 
 
