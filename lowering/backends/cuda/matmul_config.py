@@ -63,11 +63,14 @@ WIDE_TILES = ((64, 64, 32, 4, 3), (64, 32, 64, 4, 4), (32, 64, 64, 4, 4), (32, 3
               (16, 16, 64, 4, 4))
 
 
-def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False) -> MatmulConfig:
+def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
+                  store_bytes: int = 4) -> MatmulConfig:
     """The tiles for a product of at most m rows, n columns and depth k (the bucket's largest sizes); `tma`:
-    the renderer's word that every target is sm_90+ and TMA can read both operands."""
+    the renderer's word that every target is sm_90+ and TMA can read both operands; `store_bytes`: the bytes
+    per element of the output tile as its store stages it (4 with an epilogue, which works on the float32
+    accumulator; else the output's)."""
     wide = dtype in ("float32", "float64")
-    persistent = _persistent_tiles(m, n, k) if tma and not wide else None
+    persistent = _persistent_tiles(m, n, k, arch, store_bytes) if tma and not wide else None
     if persistent is not None:
         bm, bn, bk, warps, stages = persistent
         return MatmulConfig(bm, bn, min(bk, _pow2(k)), 8, warps, stages, persistent=True)
@@ -115,26 +118,42 @@ TMA_MIN_ROWS = 256
 PERSISTENT_TABLE = ((128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
 
 
-def _persistent_tiles(m: int, n: int, k: int) -> tuple[int, int, int, int, int] | None:
+def _persistent_tiles(m: int, n: int, k: int, arch: int | None,
+                      store_bytes: int) -> tuple[int, int, int, int, int] | None:
     """The table's persistent TMA program (BM, BN, BK, warps, stages) for a half product of at most m rows,
-    n columns and depth k whose operands TMA reads, where it measured faster than the tiled table; else None."""
+    n columns and depth k whose operands TMA reads, where it measured faster than the tiled table and its
+    shared memory fits the architecture's block; else None (the tiled table)."""
+    from .compile import SHARED_MEMORY_PER_BLOCK  # (compile.py imports the renderer, which imports this)
+
     if not 768 <= k <= 4096:
-        return None
-    if n > 4096:
-        return PERSISTENT_TABLE[1] if m >= 512 else None
-    if n >= 768 and m >= 2048:
-        return PERSISTENT_TABLE[0 if m <= 2048 else 1]
-    return None
+        choice = None
+    elif n > 4096:
+        choice = PERSISTENT_TABLE[1] if m >= 512 else None
+    elif n >= 768 and m >= 2048:
+        choice = PERSISTENT_TABLE[0 if m <= 2048 else 1]
+    else:
+        choice = None
+    limit = SHARED_MEMORY_PER_BLOCK.get(arch, min(SHARED_MEMORY_PER_BLOCK.values()))
+    return choice if choice is not None and persistent_shared_bytes(*choice, store_bytes) <= limit else None
+
+
+def persistent_shared_bytes(bm: int, bn: int, bk: int, warps: int, stages: int, store_bytes: int) -> int:
+    """Shared memory of a persistent program of half operands, as Triton 3.6 compiles it for sm_90: every stage's
+    a and b tiles, and the output tile staged for the store apart from them (the flattened loop overlaps one
+    tile's store with the next tile's loads, so the two cannot share). GPT-2's attention output product with
+    its epilogue at 128 x 256 x 64, 3 stages: 278528 by this count, 278552 compiled, over sm_90's 232448."""
+    return stages * (bm * bk + bk * bn) * 2 + bm * bn * store_bytes
 PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 
 
-def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False) -> list[MatmulConfig]:
+def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
+                      store_bytes: int = 4) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
     table), then, where `tma` (the renderer's word that every target is sm_90+ and TMA can read both
     operands), persistent TMA programs. float32 and float64 products keep the table's choice."""
-    chosen = matmul_config(m, n, k, dtype, arch, tma)
+    chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
     fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)

@@ -102,7 +102,8 @@ class TritonRenderer(KernelRenderer):
         if isinstance(kernel, MatmulKernel):
             return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
                                      self.operand_dtype(kernel.a), self.arch,
-                                     tma=self.tma and self.tma_operands(kernel) is not None)
+                                     tma=self.tma and self.tma_operands(kernel) is not None,
+                                     store_bytes=_store_bytes(kernel))
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
                                         kernel.dtype == "float32")
@@ -379,7 +380,8 @@ class TritonRenderer(KernelRenderer):
         operand_dtype = self.operand_dtype(k.a)
         config = self._forced if isinstance(self._forced, MatmulConfig) else matmul_config(
             self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch,
-            tma=self.tma and self.tma_operands(k) is not None)
+            tma=self.tma and self.tma_operands(k) is not None,
+            store_bytes=_store_bytes(k))
         bm, bn, bk = config.bm, config.bn, config.bk
         constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
         exprs = [k.batch, k.m, k.n, k.k]
@@ -561,6 +563,12 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
 # (one source is compiled for every architecture of the package).
 PDL_MIN_ARCH = 90
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
+
+
+def _store_bytes(k: MatmulKernel) -> int:
+    """Bytes per element of a product's output tile as its store stages it in shared memory: an epilogue works
+    on the float32 accumulator; a plain product stores its output type."""
+    return 4 if k.epilogue is not None else DTYPES[k.dtype].itemsize
 
 
 def _multiple_of(expr: sympy.Expr, n: int) -> bool:
