@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 import sympy
 from aotpack.lowering.backends.cuda import render
-from aotpack.lowering.backends.cuda.matmul_config import TMA_MIN_ROWS, MatmulConfig, matmul_candidates
+from aotpack.lowering.backends.cuda.matmul_config import (
+    TMA_MIN_ROWS,
+    MatmulConfig,
+    matmul_candidates,
+    matmul_config,
+    persistent_shared_bytes,
+)
 from aotpack.lowering.codegen.library import render_library
 from aotpack.lowering.ir.kernels import Buffer, GatheredOperand, MatmulKernel, Program, StridedView, Symbol
 from aotpack.lowering.ir.symbolic import size_symbol
@@ -102,6 +108,17 @@ def test_the_hopper_table_chooses_persistent_programs_from_2048_rows():
     assert not any(k.persistent for k in render.render_triton_library(product(n=512, k=768), (90,)).kernels)
 
 
+def test_the_table_keeps_persistent_programs_whose_shared_memory_would_not_fit():
+    """With an epilogue the store stages the float32 tile apart from the pipeline: 128 x 256 x 64 at 3 stages
+    then needs about 272 KB, over sm_90's 227 (GPT-2's attention output product failed to compile so)."""
+    assert persistent_shared_bytes(128, 256, 64, 8, 3, 4) > 232448 >= persistent_shared_bytes(128, 256, 64, 8, 3, 2)
+    assert matmul_config(4096, 768, 768, "bfloat16", 90, tma=True, store_bytes=2).persistent
+    assert not matmul_config(4096, 768, 768, "bfloat16", 90, tma=True, store_bytes=4).persistent
+    assert matmul_config(2048, 768, 768, "bfloat16", 90, tma=True, store_bytes=4).persistent  # 128 x 128 fits
+    candidates = matmul_candidates(4096, 768, 768, "bfloat16", 90, tma=True, store_bytes=4)
+    assert candidates[0] == matmul_config(4096, 768, 768, "bfloat16", 90, tma=True, store_bytes=4)
+
+
 def forced(program: Program, config: MatmulConfig, monkeypatch):
     monkeypatch.setattr(render, "matmul_config", lambda *args, **kwargs: config)
     return render_library(render.TritonRenderer(program, 90, pdl=True, tma=True))
@@ -129,6 +146,8 @@ def test_a_persistent_product_compiles_for_sm_90_with_its_scratch_recorded(tmp_p
     # two descriptors of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
     assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
     assert compiled.profile_scratch_size == 0
+    # the table's shared memory estimate bounds the compiled kernel's (a plain product stores its 2-byte output)
+    assert compiled.shared <= persistent_shared_bytes(128, 128, 64, 8, 3, 2)
 
 
 RUN = r"""
