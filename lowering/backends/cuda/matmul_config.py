@@ -99,10 +99,6 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
                    (16, 16, 256, 4, 4), (16, 16, 512, 4, 3), (16, 32, 256, 4, 4), (16, 32, 512, 4, 3))
 
 
-# Persistent TMA programs tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows): the tiles of
-# Triton's persistent-matmul tutorial and Inductor's persistent TMA template for Hopper. (BM, BN, BK, warps,
-# stages, warp specialisation).
-TMA_MIN_ROWS = 256
 # The table's persistent programs (sm_90+): up to 2048 rows, then above. H200, Triton 3.6,
 # `scripts/gpu_matmul_bench.py OUT --persistent --rows 2048,4096,16384` over GPT-2's and BERT-base's projections
 # and 4096^3 (docs/data/matmul_persistent_h200.json, docs/performance.md): against the tiled table, 2048 rows
@@ -144,6 +140,12 @@ def persistent_shared_bytes(bm: int, bn: int, bk: int, warps: int, stages: int, 
     (24 bytes at 3 stages). GPT-2's attention output product with its epilogue at 128 x 256 x 64, 3 stages:
     279552 by this count, 278552 compiled, over sm_90's 232448."""
     return stages * (bm * bk + bk * bn) * 2 + bm * bn * store_bytes + 1024
+
+
+# Persistent TMA programs tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows): the tiles of
+# Triton's persistent-matmul tutorial and Inductor's persistent TMA template for Hopper. (BM, BN, BK, warps,
+# stages, warp specialisation: timed 0.97-1.05x without it on the H200, so not among them.)
+TMA_MIN_ROWS = 256
 PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 

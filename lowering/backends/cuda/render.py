@@ -424,7 +424,7 @@ class TritonRenderer(KernelRenderer):
                     sympy.Integer(1))
         params = self._params(k, exprs, bool(checks), constexprs)
         compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
-        return {"template": template, 
+        return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
             "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
             # b laid out in panels by a layout pass (ir.kernels.PanelView): element (k, n) at
