@@ -12,8 +12,9 @@ bytes it must move at the measured copy bandwidth. Each timed call runs over eno
 --sweep also times other tile configurations, to tune matmul_config.py's table, and on sm_90+ the persistent
 TMA programs tuning offers (matmul_config.PERSISTENT_CANDIDATES, with and without warp specialisation), rendered
 through the same renderer (templates/triton/matmul_persistent.py.jinja). Writes OUT_DIR/matmul_bench.json and
-prints one line per measurement. --persistent times only the table's choice and the persistent programs. Needs a
-GPU.
+prints one line per measurement. --persistent times only the tiled table's choice and the persistent programs.
+"table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
+instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -83,6 +84,21 @@ def persistent_launcher(program, arch: int, prelude: str, config, m: int):
                                         num_stages=kernel.num_stages)
 
 
+def persistent_choice(library, m: int):
+    """The persistent TMA configuration a package's library launches at m rows, or None (a tiled kernel)."""
+    from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
+
+    variants = library.variants_of(0)
+    chosen = next((v for v in variants.variants if m <= v.upto), None) if variants is not None else None
+    name = chosen.kernel if chosen is not None else library.step_kernels[0]
+    kernel = next(k for k in library.kernels if k.name == name)
+    if not kernel.persistent:
+        return None
+    c = dict(kernel.constexprs)
+    return MatmulConfig(c["BM"], c["BN"], c["BK"], c["GROUP_M"], kernel.num_warps, kernel.num_stages, True,
+                        bool(c["WARP_SPECIALIZE"]))
+
+
 def copy_bandwidth() -> float:
     """GB/s of a device-to-device copy of 1 GiB, counting the bytes read and written."""
     src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")
@@ -94,7 +110,8 @@ def copy_bandwidth() -> float:
 def main() -> int:
     import triton_interp
     from aotpack.lowering.backends.cuda.matmul_config import PERSISTENT_CANDIDATES, MatmulConfig
-    from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
+    from aotpack.lowering.codegen.library import render_library
     from aotpack.lowering.ir.symbolic import evaluate, size_symbol
 
     parser = argparse.ArgumentParser()
@@ -130,7 +147,11 @@ def main() -> int:
             break
         n, k, layout = SHAPES.get(name, (SQUARE, SQUARE, "linear"))
         program = product_program(n, k, layout, max(m, 2))
-        library = render_triton_library(program, (arch,))
+        # the tiled template's table (what the sweep varies), and what a package for this GPU gets, which on
+        # sm_90+ may be a persistent TMA program (matmul_config._persistent_tiles): timed below with the others
+        library = render_library(TritonRenderer(program, arch, pdl=arch >= 90))
+        package = render_triton_library(program, (arch,))
+        package_config = persistent_choice(package, m)
         module = triton_interp.load_module(library.source, False)
         values = {size_symbol("rows"): m}
         variants = library.variants_of(0)
@@ -175,23 +196,27 @@ def main() -> int:
                 continue
             point["configs"].append({"config": [bm, bn, bk, warps, stages], "ms": ms, "rel_err": err,
                                      "gb_s": bytes_moved / ms / 1e6, "tflops": 2 * m * n * k / ms / 1e9})
+        persistent_configs = []
         if (args.sweep or args.persistent) and arch >= 90 and m >= 128:
-            for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES:
-                for ws in (False, True):
-                    label = [bm, bn, bk, warps, stages, "persistent", "ws" if ws else "no ws"]
-                    try:
-                        config = MatmulConfig(bm, bn, bk, 8, warps, stages, True, ws)
-                        launch = persistent_launcher(program, arch, library.prelude, config, m)
-                        out.fill_(float("nan"))
-                        launch(x, w, out)
-                        torch.cuda.synchronize()
-                        err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
-                        ms = do_bench_cudagraph(lambda launch=launch, x=x, out=out, copies=copies: [launch(x, c, out) for c in copies]) / len(copies)
-                    except Exception as e:  # noqa: BLE001 - report, go on
-                        point["configs"].append({"config": label, "error": str(e)[:200]})
-                        continue
-                    point["configs"].append({"config": label, "ms": ms, "rel_err": err, "gb_s": bytes_moved / ms / 1e6,
-                                             "tflops": 2 * m * n * k / ms / 1e9})
+            persistent_configs = [MatmulConfig(bm, bn, bk, 8, warps, stages, True, ws)
+                                  for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES for ws in (False, True)]
+        if package_config is not None and package_config not in persistent_configs:
+            persistent_configs.append(package_config)
+        for config in persistent_configs:
+            label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages, "persistent",
+                     "ws" if config.warp_specialize else "no ws"]
+            try:
+                launch = persistent_launcher(program, arch, library.prelude, config, m)
+                out.fill_(float("nan"))
+                launch(x, w, out)
+                torch.cuda.synchronize()
+                err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+                ms = do_bench_cudagraph(lambda launch=launch, x=x, out=out, copies=copies: [launch(x, c, out) for c in copies]) / len(copies)
+            except Exception as e:  # noqa: BLE001 - report, go on
+                point["configs"].append({"config": label, "error": str(e)[:200]})
+                continue
+            point["configs"].append({"config": label, "ms": ms, "rel_err": err, "gb_s": bytes_moved / ms / 1e6,
+                                     "tflops": 2 * m * n * k / ms / 1e9})
         wrong = [c for c in point["configs"] if c.get("rel_err", 0) > 2e-2 or c.get("rel_err") != c.get("rel_err")]
         if wrong:
             print(f"{name} M={m}: WRONG RESULTS from {[(c['config'], c['rel_err']) for c in wrong]}", flush=True)
