@@ -378,9 +378,9 @@ class TritonRenderer(KernelRenderer):
             raise UnsupportedError(f"a matrix product of {'/'.join(sorted(dtypes))} has no CUDA kernel yet "
                                    "(floating point only)")
         operand_dtype = self.operand_dtype(k.a)
+        rows_n = self.tma_operands(k) if self.tma else None  # how TMA reads b; None: it cannot run here
         config = self._forced if isinstance(self._forced, MatmulConfig) else matmul_config(
-            self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch,
-            tma=self.tma and self.tma_operands(k) is not None,
+            self.max(k.m), self.max(k.n), self.max(k.k), operand_dtype, self.arch, tma=rows_n is not None,
             store_bytes=_store_bytes(k))
         bm, bn, bk = config.bm, config.bn, config.bk
         constexprs = {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": config.group_m}
@@ -411,7 +411,6 @@ class TritonRenderer(KernelRenderer):
         template = "matmul.py.jinja"
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
         if config.persistent:
-            rows_n = self.tma_operands(k) if self.tma else None
             if rows_n is None:
                 raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
                                        "read (tma_operands)")

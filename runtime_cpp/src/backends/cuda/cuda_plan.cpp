@@ -84,6 +84,12 @@ Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& 
 
 }  // namespace
 
+std::vector<std::pair<size_t, const std::array<Expr, 3>*>> step_launches(const CudaStep& step) {
+  std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
+  for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+  return launches;
+}
+
 Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid) {
   *kernel = step.kernel;
   *grid = &step.grid;
@@ -193,8 +199,7 @@ Status check_cuda_launches(const Program& program, const CudaPlan& plan) {
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const CudaStep& step = plan.steps[s];
     // The step's own launch and each bucket's variant, checked alike.
-    std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
-    for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+    const auto launches = step_launches(step);
     for (size_t l = 0; l < launches.size(); ++l) {
       std::string where = l == 0 ? str_cat("program.json cuda.steps[", s, "]")
                                  : str_cat("program.json cuda.steps[", s, "].variants.buckets[", l - 1, "]");

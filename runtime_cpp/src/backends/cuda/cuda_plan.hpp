@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "expr.hpp"
@@ -37,6 +38,9 @@ struct CudaStep {
   Expr size;                     // the deciding size, when the step has variants
   std::vector<CudaVariant> variants;  // ascending `upto`; every one takes the same parameters as `kernel`
 };
+
+// The step's own launch and each bucket variant's, as (kernel, grid), the step's own first.
+std::vector<std::pair<size_t, const std::array<Expr, 3>*>> step_launches(const CudaStep& step);
 
 // The kernel and grid a step launches at these symbol values: the first variant whose bucket holds the
 // deciding size, else the step's own.

@@ -5,8 +5,6 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "dtype.hpp"
 #include "timing.hpp"
@@ -218,10 +216,7 @@ Status CudaWorkspace::scratch_at_maxima(const int64_t* maxima, uint64_t* out) co
   const CudaPlan& plan = executable_->plan();
   *out = 0;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const CudaStep& step = plan.steps[i];
-    std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
-    for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
-    for (const auto& [kernel, grid] : launches) {
+    for (const auto& [kernel, grid] : step_launches(plan.steps[i])) {
       const int64_t per_program = device_->functions[kernel].scratch_bytes;
       if (per_program == 0) continue;
       uint64_t bytes = static_cast<uint64_t>(per_program);
