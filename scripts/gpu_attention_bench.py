@@ -50,6 +50,7 @@ def main() -> int:
     import triton_interp
     from aotpack.exporter import ModelSpec, capture, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
+    from aotpack.lowering.backends.cuda.compile import FP_FUSION  # as packages compile their kernels
     from aotpack.lowering.backends.cuda.render import render_triton_library
     from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.lowering.stages import lower
@@ -94,7 +95,7 @@ def main() -> int:
             configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages), *CONFIGS]
             for bm, bn, warps, stages in dict.fromkeys(configs):
                 launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call, **{**chosen, "BM": bm, "BN": bn},
-                                           num_warps=warps, num_stages=stages)
+                                           num_warps=warps, num_stages=stages, enable_fp_fusion=FP_FUSION)
                 try:
                     ms = cuda_ms(launch)
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on

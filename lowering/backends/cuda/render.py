@@ -14,6 +14,7 @@ is the hash of its source, so a model's repeated layers share one cubin.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -484,6 +485,9 @@ class TritonRenderer(KernelRenderer):
             mask = writer.value(k.mask)
             score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
             live = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) > {DEAD_SCORE!r}"
+        additive = k.mask is not None and k.mask.dtype != "bool"
+        # a positive scale with no mask adding to the scores folds into the exponential's argument
+        fold_scale = repr(k.scale * LOG2_E) if k.scale > 0 and not additive else ""
         head_dim, value_dim = int(k.head_dim), int(k.value_dim)
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
@@ -504,6 +508,7 @@ class TritonRenderer(KernelRenderer):
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
+                "fold_scale": fold_scale,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks],
@@ -562,6 +567,7 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
 # (one source is compiled for every architecture of the package).
 PDL_MIN_ARCH = 90
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
+LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
 
 
 def _store_bytes(k: MatmulKernel) -> int:

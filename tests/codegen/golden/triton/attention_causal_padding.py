@@ -5,11 +5,11 @@
 # Flash attention, forward, one pass: program (row block, batch * head) keeps BM query rows on chip, walks the
 # keys BN at a time with two tl.dot per block, and folds each block into its output with an online softmax.
 # Half operands go to the tensor cores as they are (p rounded to the operands' type, as flash attention
-# does); accumulation and the softmax are float32. A row with every key masked gets zeros. exp(x) is taken
-# as exp2(x * log2(e)) of the difference to the row's maximum: the difference is finite even where a mask
-# adds float32's lowest value, which scaled up front would overflow to -inf.
+# does); accumulation and the softmax are float32. A row with every key masked gets zeros.
+# exp(x) is taken as exp2(x * log2(e)) of the difference to the row's maximum: the difference is finite even
+# where a mask adds float32's lowest value, which scaled up front would overflow to -inf.
 @triton.jit
-def t_3c77aab57bd29184(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+def t_013527ce951e13e0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     H = 2
     G = 1
     SQ = s_n
