@@ -508,7 +508,7 @@ class TritonRenderer(KernelRenderer):
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
-                "fold_scale": fold_scale,
+                "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks],
