@@ -1,8 +1,8 @@
 """The Triton attention kernel alone, against torch's own sdpa, over block configurations (a tuning aid).
 
-    python scripts/gpu_attention_bench.py [SEQ ...]        # default: 512 2048
+    python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...]   # default: 512 2048, every shape
 
-For each shape (BERT-like with a padding mask, GPT-2-like causal, Llama-like causal with grouped-query heads
+For each shape (BERT-like with a boolean padding mask and with transformers' additive one, GPT-2-like causal, Llama-like causal with grouped-query heads
 at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
 Triton's JIT (tests/codegen/triton_interp.py) to check the result against eager, then times the attention
 kernel at the configuration the exporter picks and at others, next to torch.nn.functional's sdpa on the same
@@ -25,6 +25,7 @@ sys.path[:0] = [str(REPO / "tests" / "codegen"), str(REPO / "tests" / "e2e")]
 # name: (batch, SelfAttention(heads, kv_heads, dim, value_dim, causal, mask))
 SHAPES = {
     "bert_pad_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
+    "bert_additive_b8_d64": (8, (12, 12, 64, 64, False, "padding_additive")),
     "gpt2_causal_b1_d64": (1, (12, 12, 64, 64, True, None)),
     "llama_gqa_b1_d64": (1, (16, 4, 64, 64, True, None)),
     "gqa_causal_b1_d128": (1, (32, 8, 128, 128, True, None)),
@@ -58,8 +59,9 @@ def main() -> int:
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
 
-    seqs = [int(a) for a in sys.argv[1:]] or [512, 2048]
-    for name, (batch, args) in SHAPES.items():
+    seqs = [int(a) for a in sys.argv[1:] if a.isdigit()] or [512, 2048]
+    shapes = [a for a in sys.argv[1:] if not a.isdigit()] or list(SHAPES)
+    for name, (batch, args) in ((name, SHAPES[name]) for name in shapes):
         torch.manual_seed(0)
         heads, kv_heads, dim, value_dim, causal, mask = args
         model = SelfAttention(*args).eval()
@@ -105,9 +107,11 @@ def main() -> int:
             q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(batch, kv_heads, seq, value_dim, dtype=torch.bfloat16, device="cuda")
-            bool_mask = (pad > 0).cuda()[:, None, None, :] if mask else None
+            sdpa_mask = (pad > 0).cuda()[:, None, None, :] if mask else None
+            if mask == "padding_additive":  # finfo.min past each row's length, as transformers adds it
+                sdpa_mask = ((1.0 - pad) * torch.finfo(torch.bfloat16).min).cuda()[:, None, None, :]
             sdpa = torch.nn.functional.scaled_dot_product_attention
-            ms = cuda_ms(functools.partial(sdpa, q, k, v, attn_mask=bool_mask, is_causal=causal,
+            ms = cuda_ms(functools.partial(sdpa, q, k, v, attn_mask=sdpa_mask, is_causal=causal,
                                            enable_gqa=heads != kv_heads))
             print(f"  torch sdpa:            {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
     return 0
