@@ -760,10 +760,9 @@ def test_each_bucket_variant_is_checked_like_the_step(runtime_build, wide_packag
 
 @pytest.mark.parametrize("pdl", ["1", "0", None], ids=["AOTPACK_CUDA_PDL=1", "AOTPACK_CUDA_PDL=0", "by default"])
 def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(runtime_build, package, tmp_path, pdl):
-    """A package for sm_90 only marks every kernel "pdl" (it begins with griddepcontrol.wait), and with
-    AOTPACK_CUDA_PDL=1 the runtime launches those through cuLaunchKernelEx with programmatic stream
-    serialization, in graphs and out of them; by default (an experiment yet to be measured) and with 0 it
-    launches them with cuLaunchKernel."""
+    """A package for sm_90 only marks every kernel "pdl" (it begins with griddepcontrol.wait), and by default
+    (and with AOTPACK_CUDA_PDL=1) the runtime launches those through cuLaunchKernelEx with programmatic stream
+    serialization, in graphs and out of them; with AOTPACK_CUDA_PDL=0 it launches them with cuLaunchKernel."""
     path, steps = package
     with zipfile.ZipFile(path) as z:
         kernels = json.loads(z.read("cuda/sm_90/kernels.json"))["kernels"]
@@ -785,7 +784,7 @@ def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(ru
     assert result.returncode == 0, result.stderr
     launches = [line for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
     assert len(launches) == 2 * steps, launches  # one capture, one direct run
-    assert all(line.endswith(" programmatic") == (pdl == "1") for line in launches), launches
+    assert all(line.endswith(" programmatic") == (pdl != "0") for line in launches), launches
 
 
 
@@ -807,7 +806,8 @@ def test_a_kernels_pdl_mark_that_is_not_a_boolean_is_refused_at_load(runtime_bui
 
 def test_programmatic_launch_is_chosen_per_model_as_it_loads(runtime_build, package, tmp_path):
     """scripts/gpu_bench.py times the same package with and without it in one process: the runtime reads
-    AOTPACK_CUDA_PDL when a model first sets up the GPU, so a model loaded with it set keeps it."""
+    AOTPACK_CUDA_PDL when a model first sets up the GPU, so a model loaded with it set to 0 keeps launching
+    without it."""
     path, steps = package
     trace = tmp_path / "trace.txt"
     result = run_python(
@@ -816,10 +816,10 @@ def test_programmatic_launch_is_chosen_per_model_as_it_loads(runtime_build, pack
         import os
         import numpy as np
         from aotpack import runtime as rt
-        os.environ["AOTPACK_CUDA_PDL"] = "1"
-        with_pdl = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
-        del os.environ["AOTPACK_CUDA_PDL"]
+        os.environ["AOTPACK_CUDA_PDL"] = "0"
         without = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
+        del os.environ["AOTPACK_CUDA_PDL"]
+        with_pdl = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
         for session in (with_pdl, without, with_pdl):
             session.run([np.ones((5, 8), np.float32)])
         """,

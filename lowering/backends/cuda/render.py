@@ -154,12 +154,28 @@ class TritonRenderer(KernelRenderer):
             self._forced = None
 
     def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
-        """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows."""
+        """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows. With
+        programmatic dependent launch every other kernel gets one per bucket of its output's rows too, since
+        whether it lets its successor launch early depends on them (`_launches_early`)."""
         if isinstance(kernel, MatmulKernel):
             return kernel.m
         if isinstance(kernel, AttentionKernel):
             return kernel.q_len
-        return None
+        rows = self._rows(kernel)
+        return rows if self.pdl and sympy.sympify(rows).free_symbols else None
+
+    def _rows(self, kernel: Kernel) -> sympy.Expr:
+        """The rows of a kernel's work: the deciding size of a product or attention, else its output's rows
+        (every dimension but the last; a vector's elements)."""
+        if isinstance(kernel, (MatmulKernel, AttentionKernel)):
+            return self.deciding_size(kernel)
+        shape = self.program.buffers[kernel.output].shape
+        return product(shape[:-1]) if len(shape) > 1 else product(shape)
+
+    def _launches_early(self, kernel: Kernel) -> bool:
+        """Whether the kernel, right after its wait, lets its successor launch (programmatic dependent launch):
+        where its bucket has at most EARLY_LAUNCH_ROWS rows. See EARLY_LAUNCH_ROWS."""
+        return self.max(self._rows(kernel)) <= EARLY_LAUNCH_ROWS
 
     def _params(self, kernel: Kernel, exprs: list[sympy.Expr], has_errors: bool,
                 constexprs: dict[str, int]) -> dict[str, Any]:
@@ -177,8 +193,8 @@ class TritonRenderer(KernelRenderer):
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """Named after its source and launch options; the launch data of its step is the grid."""
         meta = data["meta"]
-        if self.pdl:
-            body = _with_grid_dependency_wait(body)
+        if self.pdl and "gdc_wait" not in body:  # a template that fetches before waiting places its own wait
+            body = _with_grid_dependency_wait(body, self._launches_early(kernel))
         key = body + repr(sorted(meta["constexprs"].items())) + f"w{meta['num_warps']}s{meta['num_stages']}"
         name = "t_" + hashlib.sha256(key.encode()).hexdigest()[:16]
         rendered = TritonKernel(
@@ -409,6 +425,8 @@ class TritonRenderer(KernelRenderer):
             epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
+        operands["prefetch"] = self._weight_prefetch(k, config)
+        operands["pdl_lines"] = _grid_dependency_lines(self._launches_early(k)) if self.pdl else []
         template = "matmul.py.jinja"
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
         if config.persistent:
@@ -441,6 +459,24 @@ class TritonRenderer(KernelRenderer):
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
                      "persistent": config.persistent},
         }
+
+    def _weight_prefetch(self, k: MatmulKernel, config: MatmulConfig) -> dict[str, int] | None:
+        """How a few-row product fetches its program's columns of a weight b into L2 before it waits for the
+        previous kernel, or None. Only with programmatic dependent launch does this overlap anything (the
+        previous kernel's tail); only a weight is safe to read early (no kernel writes it); only a bucket of one
+        row tile reads each column once, so that the fetch is the whole of its DRAM traffic. One fetch per
+        128-byte line: along b's contiguous dimension the points step a line apart."""
+        b = k.b
+        if not (self.pdl and isinstance(b, StridedView) and not config.persistent
+                and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= min(config.bm, PREFETCH_ROWS)
+                and self._launches_early(k) and sympy.sympify(b.strides[1]) == 1):
+            return None
+        # [N, K] storage (nn.Linear's weight read transposed): each of the program's columns is a run of K
+        # elements. A [K, N] weight (GPT-2's Conv1D) would need a fetch per row of k, two per 128 bytes for
+        # 32-column tiles; measured, that lost more than it hid (docs/performance.md).
+        line = 128 // DTYPES[self.program.buffers[b.buffer].dtype].itemsize
+        rows = min(next_pow2(-(-self.max(k.k) // line)), max(1, PREFETCH_POINTS // config.bn))
+        return {"cols": config.bn, "col_step": 1, "rows": rows, "row_step": line}
 
     def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
                   sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
@@ -486,8 +522,15 @@ class TritonRenderer(KernelRenderer):
             score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
             live = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) > {DEAD_SCORE!r}"
         additive = k.mask is not None and k.mask.dtype != "bool"
-        # a positive scale with no mask adding to the scores folds into the exponential's argument
+        key_only = k.mask is not None and all(row not in e.free_symbols for e in scalar.index_exprs(k.mask))
+        # The exponential's forms (the template's header says why each): a positive scale with no mask adding
+        # to the scores folds into the exponential's argument; a mask that adds per key alone (padding) is
+        # taken to base 2 once per key and added to the scaled scores in one multiply-add; any other mask
+        # keeps the difference form.
         fold_scale = repr(k.scale * LOG2_E) if k.scale > 0 and not additive else ""
+        log2_bias = mask if additive and key_only else None
+        if log2_bias is not None:
+            score = f"s * {k.scale * LOG2_E!r} + bias"
         head_dim, value_dim = int(k.head_dim), int(k.value_dim)
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
@@ -508,7 +551,8 @@ class TritonRenderer(KernelRenderer):
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
-                "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
+                "fold_scale": fold_scale, "log2_e": repr(LOG2_E), "log2_bias": log2_bias,
+                "float32_lowest": repr(FLOAT32_LOWEST),
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks],
@@ -561,13 +605,21 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
 # stream finishes, so that the gap between two kernels in a CUDA graph (about 1 us on an H200 at GPT-2's one
 # token, against kernels of 2-5 us) overlaps the previous kernel's tail. Each kernel therefore first waits for
 # the previous one to finish and its memory to be visible (gdc_wait), so every read and write keeps its order.
-# It does not let the next kernel start early (no gdc_launch_dependents: triggering at a kernel's start was
-# 4-15% slower, its waiting programs holding SM slots; docs/performance.md). The wait is a no-op when a kernel
-# is launched without it; ptxas refuses it before sm_90, so a package for an older architecture too has none
-# (one source is compiled for every architecture of the package).
+# The wait is a no-op when a kernel is launched without it; ptxas refuses it before sm_90, so a package for an
+# older architecture too has none (one source is compiled for every architecture of the package).
 PDL_MIN_ARCH = 90
+# A kernel whose bucket has at most this many rows signals right after its wait that its successor may launch
+# (gdc_launch_dependents), so the successor's programs are resident, and its launch done, while it runs. Session
+# 17 measured it (H200, GPT-2 and the Llama shape, scripts/pdl_bench.py): 10-12% less wall time at 1 to 128
+# tokens, 3-5% more at 512, where the successor's early programs crowd the SMs its own programs then need.
+EARLY_LAUNCH_ROWS = 128
+# A product of at most this many rows reading a weight stored [N, K] fetches its columns of it into L2 before
+# its wait (TritonRenderer._weight_prefetch): 4-6% less at the Llama shape's 1 and 16 tokens in that run.
+PREFETCH_ROWS = 16
+PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
+FLOAT32_LOWEST = -3.4028234663852886e38  # transformers' additive masks add it; times log2(e) it overflows
 
 
 def _store_bytes(k: MatmulKernel) -> int:
@@ -581,10 +633,15 @@ def _multiple_of(expr: sympy.Expr, n: int) -> bool:
     return bool((sympy.sympify(expr) / n).is_integer)
 
 
-def _with_grid_dependency_wait(body: str) -> str:
+def _grid_dependency_lines(early: bool) -> list[str]:
+    """A kernel's wait for its predecessor and, if `early`, after it its signal that its successor may launch."""
+    return ["tl.extra.cuda.gdc_wait()", *(["_launch_dependents()"] if early else [])]
+
+
+def _with_grid_dependency_wait(body: str, early: bool) -> str:
     lines = body.split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("def ")) + 1
-    return "\n".join([*lines[:at], "    tl.extra.cuda.gdc_wait()", *lines[at:]])
+    return "\n".join([*lines[:at], *("    " + line for line in _grid_dependency_lines(early)), *lines[at:]])
 
 
 def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False) -> RenderedLibrary:

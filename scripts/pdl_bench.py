@@ -1,0 +1,128 @@
+"""Programmatic dependent launch policies against each other, on the GPU, in one process.
+
+    python scripts/pdl_bench.py OUT_DIR [--models gpt2,llama] [--seqs 1,16,128,512,2048] [--tune]
+
+Each model is exported once per policy, through the public pipeline with verification on
+(aotpack.api.export_model_file, bf16, target cuda; untuned unless --tune, so that every policy has the same
+configurations), the policies set through lowering/backends/cuda/render.py's constants:
+
+- `none`: no kernel lets its successor launch early (EARLY_LAUNCH_ROWS = 0), no weight fetched early;
+- `policy`: the exporter's defaults (EARLY_LAUNCH_ROWS, PREFETCH_ROWS);
+- `always`: every kernel lets its successor launch early, no weight fetched early.
+
+Runs: `none/off`, the `none` package launched without the attribute (AOTPACK_CUDA_PDL=0: packages before
+session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
+`always`, launched with it (the runtime's default). All are timed with CUDA graphs and device tensors, interleaved
+round by round so that drift reaches all alike: the median of each round's median wall ms. Outputs must equal
+`none/off`'s bit for bit. Results go to OUT_DIR/pdl_bench.json as they come.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from gpu_bench import MODELS, median_ms  # noqa: E402 - this script's neighbour: the same models and timing
+
+# policy: (EARLY_LAUNCH_ROWS, PREFETCH_ROWS), None: the exporter's default
+VARIANTS = {"none": (0, 0), "policy": (None, None), "always": (10**9, 0)}
+RUNS = (("none", "0", "none/off"), ("none", None, "none/wait"), ("policy", None, "policy"), ("always", None, "always"))
+
+EXPORT_CODE = """
+import json, os, sys, time
+os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+from aotpack.lowering.backends.cuda import render
+from aotpack.api import export_model_file
+model_file, package, arch, early, prefetch, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:]
+if early != "default":
+    render.EARLY_LAUNCH_ROWS, render.PREFETCH_ROWS = int(early), int(prefetch)
+start = time.perf_counter()
+export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch,
+                  tune=None if tune == "1" else False)
+print("EXPORT_S", round(time.perf_counter() - start, 1))
+"""
+
+
+def export_variants(names: list[str], arch: int, tune: bool) -> dict[tuple[str, str], Path]:
+    jobs = [(name, variant) for name in names for variant in VARIANTS]
+    env = dict(os.environ, AOTPACK_COMPILE_JOBS=str(max(1, (os.cpu_count() or 2) // len(jobs))))
+    running = {}
+    for name, variant in jobs:
+        package = Path(tempfile.gettempdir()) / f"pdl_bench_{name}_{variant}.aotpack"  # not OUT_DIR: 250+ MB each
+        early, prefetch = VARIANTS[variant]
+        log = open(package.with_suffix(".log"), "w")  # noqa: SIM115 - closed below
+        cmd = [sys.executable, "-c", EXPORT_CODE, str(REPO / "examples" / name / "model.py"), str(package), str(arch),
+               "default" if early is None else str(early), str(prefetch), str(int(tune)), *MODELS[name][2]]
+        running[(name, variant)] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log, package)
+    done = {}
+    for key, (proc, log, package) in running.items():
+        rc = proc.wait(timeout=900)
+        log.close()
+        text = package.with_suffix(".log").read_text()
+        print(json.dumps({"export": key, "rc": rc, "tail": text.strip().splitlines()[-1 if rc == 0 else -15:]}),
+              flush=True)
+        if rc == 0:
+            done[key] = package
+    return done
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--models", default="gpt2,llama")
+    parser.add_argument("--seqs", default="1,16,128,512,2048")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tune", action="store_true")
+    args = parser.parse_args()
+    import torch
+    from aotpack import runtime
+    from gpu_acceptance import example_module, make_inputs
+
+    out = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    major, minor = torch.cuda.get_device_capability(0)
+    names = args.models.split(",")
+    packages = export_variants(names, major * 10 + minor, args.tune)
+    results: dict = {"device": torch.cuda.get_device_name(0), "tuned": args.tune, "points": []}
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+    for name in names:
+        if (name, "none") not in packages:
+            continue
+        sessions = {}
+        for variant, pdl, label in RUNS:
+            if (name, variant) not in packages:
+                continue
+            if pdl is not None:  # read as a model sets up the GPU, at its first session
+                os.environ["AOTPACK_CUDA_PDL"] = pdl
+            try:
+                sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device")
+            finally:
+                os.environ.pop("AOTPACK_CUDA_PDL", None)
+        module = example_module(REPO / "examples" / name / "model.py")
+        for seq in (int(s) for s in args.seqs.split(",")):
+            dev = [x.cuda() for x in make_inputs(name, module, MODELS[name][1], seq)]
+            reference = [o.to_torch().clone() for o in sessions["none/off"].run(dev)]
+            equal = {key: all(torch.equal(a.to_torch(), b) for a, b in zip(s.run(dev), reference))
+                     for key, s in sessions.items()}
+            rounds: dict[str, list[float]] = {key: [] for key in sessions}
+            for _ in range(args.rounds):
+                for key, s in sessions.items():
+                    rounds[key].append(median_ms(lambda s=s: s.run(dev), 30 if seq <= 512 else 15, sync=False))
+            point = {"model": name, "seq": seq, "equal_to_none_off": equal,
+                     "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
+            results["points"].append(point)
+            print(json.dumps({k: point[k] for k in ("model", "seq", "ms", "equal_to_none_off")}), flush=True)
+            (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

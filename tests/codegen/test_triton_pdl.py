@@ -1,0 +1,79 @@
+"""Programmatic dependent launch in rendered kernels (lowering/backends/cuda/render.py): every sm_90+ kernel waits
+for its predecessor before its first load; a kernel of a bucket of at most EARLY_LAUNCH_ROWS rows then lets its
+successor launch; products of at most PREFETCH_ROWS rows fetch their weight into L2 before the wait, and only a
+weight (no kernel writes it) stored [N, K]."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+from aotpack.lowering.backends.cuda.render import EARLY_LAUNCH_ROWS, PREFETCH_ROWS, render_triton_library
+from aotpack.lowering.ir.kernels import Buffer, PointwiseKernel, StridedView
+from aotpack.lowering.ir.scalar import Load
+from aotpack.lowering.ir.symbolic import index_var, size_symbol
+from test_triton_buckets import _linear
+
+ONE = sympy.Integer(1)
+
+
+def _variants(program, archs, step=0):
+    """(bucket top, kernel body) of each variant of a step, then of its whole-range kernel (top None)."""
+    library = render_triton_library(program, archs)
+    kernels = {k.name: k.source for k in library.kernels}
+    whole = kernels[library.step_kernels[step]]
+    found = library.variants_of(step)
+    variants = [(v.upto, kernels[v.kernel]) for v in found.variants] if found else []
+    return [(upto, source[source.index("def t_"):]) for upto, source in [*variants, (None, whole)]]
+
+
+def _opening(body: str) -> list[str]:
+    return [line.strip() for line in body.split("\n")[1:3]]
+
+
+def test_few_row_products_fetch_their_weight_then_wait_then_let_the_next_kernel_launch():
+    assert (PREFETCH_ROWS, EARLY_LAUNCH_ROWS) == (16, 128)
+    buckets = _variants(_linear(size_symbol("s"), 2304, 768, "bfloat16", 2048), (90,))
+    assert [upto for upto, _ in buckets] == [16, 128, 512, None]
+    few, mid, many = buckets[0][1], buckets[1][1], buckets[2][1]
+    # nn.Linear's weight is read transposed, k contiguous: a fetch every 64 bf16 values (a 128-byte line)
+    assert "_l2_prefetch(in1 + " in few and "* 64, K - 1)" in few
+    assert few.index("_l2_prefetch(") < few.index("tl.extra.cuda.gdc_wait()") < few.index("_launch_dependents()")
+    assert few.index("_launch_dependents()") < few.index("tl.load(")
+    assert "_l2_prefetch(" not in mid and _opening(mid) == ["tl.extra.cuda.gdc_wait()", "_launch_dependents()"]
+    assert "_l2_prefetch(" not in many and "_launch_dependents()" not in many
+    assert _opening(many)[0] == "tl.extra.cuda.gdc_wait()"
+
+
+def test_a_weight_stored_k_major_is_not_fetched_early():
+    program = _linear(size_symbol("s"), 2304, 768, "bfloat16", 2048)
+    w = Buffer("w", "bfloat16", (sympy.Integer(768), sympy.Integer(2304)), "weight", "w")  # Conv1D: [K, N]
+    program = dataclasses.replace(program, buffers={**program.buffers, "w": w}, steps=(dataclasses.replace(
+        program.steps[0], b=StridedView("w", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(2304), ONE))),))
+    few = _variants(program, (90,))[0][1]
+    assert "_l2_prefetch(" not in few and _opening(few) == ["tl.extra.cuda.gdc_wait()", "_launch_dependents()"]
+
+
+def test_no_fetch_of_an_activation_nor_any_wait_before_sm_90():
+    program = _linear(size_symbol("s"), 2304, 768, "bfloat16", 2048)
+    w = dataclasses.replace(program.buffers["w"], kind="input", source="w")
+    activation = dataclasses.replace(program, buffers={**program.buffers, "w": w}, inputs=("x", "w"))
+    few = _variants(activation, (90,))[0][1]
+    assert "_l2_prefetch(" not in few and "gdc_wait()" in few
+    for _, body in _variants(program, (80, 90)):
+        assert "gdc_wait" not in body and "_l2_prefetch(" not in body and "_launch_dependents" not in body
+
+
+def test_other_kernels_get_a_variant_that_launches_its_successor_early_for_few_rows():
+    """A pointwise kernel's source does not depend on its rows but for that signal: with PDL it gets one variant
+    for the buckets up to EARLY_LAUNCH_ROWS rows (signalling) and its whole-range kernel (not)."""
+    s = size_symbol("s")
+    program = _linear(s, 64, 64, "bfloat16", 2048)
+    x = program.buffers["x"]
+    out = dataclasses.replace(program.buffers["out"], shape=x.shape)
+    step = PointwiseKernel("out", x.shape, Load("x", index_var("i", 0) * 64 + index_var("i", 1), "bfloat16"))
+    program = dataclasses.replace(program, buffers={**program.buffers, "out": out}, steps=(step,))
+    buckets = _variants(program, (90,))
+    assert [upto for upto, _ in buckets] == [128, None]
+    assert "_launch_dependents()" in buckets[0][1] and "_launch_dependents()" not in buckets[1][1]
+    assert [upto for upto, _ in _variants(program, (80,))] == [None]  # no PDL: one kernel for every size
