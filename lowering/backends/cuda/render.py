@@ -522,15 +522,8 @@ class TritonRenderer(KernelRenderer):
             score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
             live = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) > {DEAD_SCORE!r}"
         additive = k.mask is not None and k.mask.dtype != "bool"
-        key_only = k.mask is not None and all(row not in e.free_symbols for e in scalar.index_exprs(k.mask))
-        # The exponential's forms (the template's header says why each): a positive scale with no mask adding
-        # to the scores folds into the exponential's argument; a mask that adds per key alone (padding) is
-        # taken to base 2 once per key and added to the scaled scores in one multiply-add; any other mask
-        # keeps the difference form.
+        # a positive scale with no mask adding to the scores folds into the exponential's argument
         fold_scale = repr(k.scale * LOG2_E) if k.scale > 0 and not additive else ""
-        log2_bias = mask if additive and key_only else None
-        if log2_bias is not None:
-            score = f"s * {k.scale * LOG2_E!r} + bias"
         head_dim, value_dim = int(k.head_dim), int(k.value_dim)
         wide = k.dtype == "float32"
         bd, bdv = max(16, next_pow2(head_dim)), max(16, next_pow2(value_dim))
@@ -551,8 +544,7 @@ class TritonRenderer(KernelRenderer):
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
-                "fold_scale": fold_scale, "log2_e": repr(LOG2_E), "log2_bias": log2_bias,
-                "float32_lowest": repr(FLOAT32_LOWEST),
+                "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks],
@@ -619,7 +611,6 @@ PREFETCH_ROWS = 16
 PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
-FLOAT32_LOWEST = -3.4028234663852886e38  # transformers' additive masks add it; times log2(e) it overflows
 
 
 def _store_bytes(k: MatmulKernel) -> int:

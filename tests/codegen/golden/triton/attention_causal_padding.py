@@ -6,12 +6,10 @@
 # keys BN at a time with two tl.dot per block, and folds each block into its output with an online softmax.
 # Half operands go to the tensor cores as they are (p rounded to the operands' type, as flash attention
 # does); accumulation and the softmax are float32. A row with every key masked gets zeros.
-# The mask adds to the scores per key alone, so it is taken to base 2 once per key (times log2(e), float32's
-# lowest, which that would overflow to -inf, kept finite so that a row whose every key has it added gets eager's
-# uniform weights) and each score is s * c + bias with c = scale * log2(e): one multiply-add, then exp2 of its
-# difference to the row's maximum.
+# exp(x) is taken as exp2(x * log2(e)) of the difference to the row's maximum: the difference is finite even
+# where a mask adds float32's lowest value, which scaled up front would overflow to -inf.
 @triton.jit
-def t_1b4fc435f46c12f0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+def t_013527ce951e13e0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     H = 2
     G = 1
     SQ = s_n
@@ -45,7 +43,7 @@ def t_1b4fc435f46c12f0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
         i3 = rn[None, :]
         kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
                      mask=(rd[:, None] < D), other=0)
-        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
         kmask = i3 < SK
         kzero = tl.zeros([1, BN], tl.int64)
         smask = rmask & kmask
@@ -53,13 +51,11 @@ def t_1b4fc435f46c12f0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
         m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
         m1 = m0 > tl.full([], 0.0, tl.float32)
         m2 = tl.where(m1, tl.full([], 0.0, tl.float32), tl.full([], _NINF, tl.float32))
-        bias = (m2).to(tl.float32)
-        bias = tl.where((bias * 1.4426950408889634 < -3.4028234663852886e+38) & (bias != _NINF), -3.4028234663852886e+38, bias * 1.4426950408889634)
-        s = s * 0.5049432643111371 + bias
+        s = s + (m2).to(tl.float32)
         new_max = tl.maximum(row_max, tl.max(s, 1))
         safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-        p = tl.exp2(s - safe_max[:, None])
-        rescale = tl.exp2(row_max - safe_max)
+        p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
+        rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
         row_sum = row_sum * rescale + tl.sum(p, 1)
         v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
                     mask=(rdv[None, :] < DV), other=0)
@@ -71,7 +67,7 @@ def t_1b4fc435f46c12f0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
         i3 = rn[None, :]
         kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
                      mask=(rn[None, :] < SK) & (rd[:, None] < D), other=0)
-        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
         kmask = i3 < SK
         kzero = tl.zeros([1, BN], tl.int64)
         smask = rmask & kmask
@@ -79,13 +75,11 @@ def t_1b4fc435f46c12f0(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
         m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
         m1 = m0 > tl.full([], 0.0, tl.float32)
         m2 = tl.where(m1, tl.full([], 0.0, tl.float32), tl.full([], _NINF, tl.float32))
-        bias = (m2).to(tl.float32)
-        bias = tl.where((bias * 1.4426950408889634 < -3.4028234663852886e+38) & (bias != _NINF), -3.4028234663852886e+38, bias * 1.4426950408889634)
-        s = tl.where(kmask & (i3 <= i2), s * 0.5049432643111371 + bias, _NINF)
+        s = tl.where(kmask & (i3 <= i2), s + (m2).to(tl.float32), _NINF)
         new_max = tl.maximum(row_max, tl.max(s, 1))
         safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-        p = tl.exp2(s - safe_max[:, None])
-        rescale = tl.exp2(row_max - safe_max)
+        p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
+        rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
         row_sum = row_sum * rescale + tl.sum(p, 1)
         v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
                     mask=(rn[:, None] < SK) & (rdv[None, :] < DV), other=0)
