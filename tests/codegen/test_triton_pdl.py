@@ -20,6 +20,8 @@ ONE = sympy.Integer(1)
 def _variants(program, archs, step=0):
     """(bucket top, kernel body) of each variant of a step, then of its whole-range kernel (top None)."""
     library = render_triton_library(program, archs)
+    for k in library.kernels:  # what the package records of each (aotpack inspect shows it)
+        assert (k.early_launch, k.l2_prefetch) == ("_launch_dependents()" in k.source, "_l2_prefetch(in" in k.source)
     kernels = {k.name: k.source for k in library.kernels}
     whole = kernels[library.step_kernels[step]]
     found = library.variants_of(step)

@@ -49,7 +49,9 @@ class CudaBackend(Backend):
         return {
             "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors), "family": k.family,
                          "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
-                                    **({"persistent_tma": True} if k.persistent else {})}}
+                                    **({"persistent_tma": True} if k.persistent else {}),
+                                    **({"early_launch": True} if k.early_launch else {}),
+                                    **({"l2_prefetch": True} if k.l2_prefetch else {})}}
                         for k in library.kernels],
             "steps": steps,
         }

@@ -75,6 +75,8 @@ class TritonKernel(RenderedKernel):
     errors: tuple[str, ...]  # messages of the error-flag values 1, 2, ...; empty: no flag parameter
     pdl: bool = False  # begins with griddepcontrol.wait: may be launched with programmatic dependent launch
     persistent: bool = False  # a persistent matrix product reading through TMA descriptors (global scratch)
+    early_launch: bool = False  # after its wait, lets its successor launch (EARLY_LAUNCH_ROWS)
+    l2_prefetch: bool = False  # fetches its weight into L2 before its wait (TritonRenderer._weight_prefetch)
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -201,7 +203,8 @@ class TritonRenderer(KernelRenderer):
             name=name, family=kernel.family, source=body.replace("KERNEL_NAME", name),
             signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
-            errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")))
+            errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")),
+            early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body)
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
