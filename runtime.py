@@ -15,8 +15,9 @@ needed only to make the inputs; this module imports it only in DeviceTensor.to_t
     y = outputs[0].to_torch()                       # or torch.as_tensor(outputs[0]): no copy, see DeviceTensor
 
 CUDA sessions record a CUDA graph at each new shape and replay it after (cuda_graphs=False turns that off;
-cuda_graph_cache_size bounds the shapes kept), and `Model(path, prepare="cuda")` sets the GPU up while the
-load checks the digests.
+cuda_graph_cache_size bounds the shapes kept), launch the kernels of an sm_90+ package with programmatic
+dependent launch on an sm_90+ GPU (cuda_pdl=False turns that off), and `Model(path, prepare="cuda")` sets the
+GPU up while the load checks the digests.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ class _SessionOptions(ctypes.Structure):
         ("io_memory", ctypes.c_int),
         ("cuda_graphs", ctypes.c_int32),
         ("cuda_graph_cache_size", ctypes.c_int32),
+        ("cuda_pdl", ctypes.c_int32),
     ]
 
 
@@ -333,14 +335,17 @@ class Model:
         return infos
 
     def session(self, num_threads: int = 1, device: str = "cpu", io: str = "host", cuda_graphs: bool = True,
-                cuda_graph_cache_size: int = 64) -> Session:
+                cuda_graph_cache_size: int = 64, cuda_pdl: bool = True) -> Session:
         """device: "cpu", "cuda" or "cuda:N". io: "host" (run() takes and returns numpy arrays, on every
         device) or "device" (on CUDA, run() takes CUDA tensors and returns DeviceTensors; on the CPU, whose
         device memory is host memory, it is the same as "host"). cuda_graphs: on CUDA, the first run at each
         shape records a CUDA graph and later runs at that shape replay it (False launches every kernel each
-        run); the session keeps the graphs of its cuda_graph_cache_size most recently used shapes."""
+        run); the session keeps the graphs of its cuda_graph_cache_size most recently used shapes. cuda_pdl:
+        on an sm_90+ GPU whose driver has cuLaunchKernelEx, the kernels the package marks "pdl" (an sm_90+
+        package's) are launched with programmatic dependent launch, each free to start while its predecessor
+        finishes (False launches every kernel with cuLaunchKernel); the outputs are the same either way."""
         return Session(self, num_threads=num_threads, device=device, io=io, cuda_graphs=cuda_graphs,
-                       cuda_graph_cache_size=cuda_graph_cache_size)
+                       cuda_graph_cache_size=cuda_graph_cache_size, cuda_pdl=cuda_pdl)
 
     def close(self) -> None:
         """Drops this object's reference to the model; sessions made from it keep it alive until they close."""
@@ -402,7 +407,7 @@ class Session:
     the first is inside it raises AotpackError (INVALID_ARGUMENT) rather than running (the runtime checks)."""
 
     def __init__(self, model: Model, num_threads: int = 1, device: str = "cpu", io: str = "host",
-                 cuda_graphs: bool = True, cuda_graph_cache_size: int = 64):
+                 cuda_graphs: bool = True, cuda_graph_cache_size: int = 64, cuda_pdl: bool = True):
         self._model = model  # keeps the model alive while the session lives
         self._lib = model._lib
         self._handle = ctypes.c_void_p()
@@ -415,6 +420,7 @@ class Session:
         options.io_memory = _MEMORY[io]
         options.cuda_graphs = 1 if cuda_graphs else 0
         options.cuda_graph_cache_size = cuda_graph_cache_size
+        options.cuda_pdl = 1 if cuda_pdl else 0
         if not model._handle.value:
             raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                "the model is closed (Model.close()); sessions made before it keep working, "

@@ -44,6 +44,9 @@ struct WorkspaceOptions {
   // shapes' recordings to keep (least recently used evicted). Targets without recordings ignore both.
   bool graphs = true;
   int graph_cache_size = 64;  // 1..65536
+  // Where the target can let a kernel launch while its predecessor finishes (CUDA's programmatic dependent
+  // launch, for the kernels the package marks): whether to. Targets without it ignore it.
+  bool programmatic_launch = true;
 };
 
 // A session's state on its target. One thread at a time, like its session.

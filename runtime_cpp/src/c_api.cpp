@@ -191,6 +191,7 @@ void aotpack_session_options_init(aotpack_session_options_t* options) {
   options->io_memory = AOTPACK_MEMORY_HOST;
   options->cuda_graphs = 1;
   options->cuda_graph_cache_size = 64;
+  options->cuda_pdl = 1;
 }
 
 aotpack_status_t aotpack_session_create(const aotpack_model_t* model, const aotpack_session_options_t* options,

@@ -48,6 +48,8 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   if (options.cuda_graph_cache_size < 1 || options.cuda_graph_cache_size > kMaxGraphCache)
     return invalid_argument("cuda_graph_cache_size is ", options.cuda_graph_cache_size, ", expected 1..",
                             kMaxGraphCache);
+  if (options.cuda_pdl != 0 && options.cuda_pdl != 1)
+    return invalid_argument("cuda_pdl is ", options.cuda_pdl, ", expected 0 (off) or 1 (on)");
 
   const Program& program = model->program();
   std::unique_ptr<aotpack_session> s(new aotpack_session(model));
@@ -61,6 +63,7 @@ Status aotpack_session::create(const aotpack_model* model, const aotpack_session
   workspace_options.io_memory = options.io_memory;
   workspace_options.graphs = options.cuda_graphs != 0;
   workspace_options.graph_cache_size = options.cuda_graph_cache_size;
+  workspace_options.programmatic_launch = options.cuda_pdl != 0;
   PartTimer timer("session create");
   AOTPACK_RETURN_IF_ERROR(model->create_workspace(*executable, workspace_options, &s->workspace_));
   if (timings_enabled()) timer.stop(b.kind);

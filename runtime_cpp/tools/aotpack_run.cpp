@@ -2,7 +2,7 @@
 //
 //   aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu] [--threads N]
 //                       [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]
-//                       [--no-cuda-graphs] [--timings]
+//                       [--no-cuda-graphs] [--no-cuda-pdl] [--timings]
 //                       [--public-key PUB.pem [--signature SIG]]
 //
 // Exit codes: 0 success, 1 a runtime error (bad package, bad inputs, failed run), 2 a usage error. Every
@@ -32,12 +32,15 @@ namespace {
 const char kUsage[] =
     "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu|cuda[:N]]\n"
     "                   [--threads N] [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]\n"
-    "                   [--no-cuda-graphs] [--timings] [--public-key PUB.pem [--signature SIG]]\n"
+    "                   [--no-cuda-graphs] [--no-cuda-pdl] [--timings] [--public-key PUB.pem [--signature SIG]]\n"
     "\n"
     "Runs an aotpack package. Inputs come from a safetensors file keyed by input name, or are random\n"
     "(floats uniform in [-1, 1), integers in [0, 2)) with each symbol at --sym's value or its maximum.\n"
     "On CUDA, runs replay a CUDA graph per shape unless --no-cuda-graphs: the first run records it (capture)\n"
     "and the --repeat runs replay it, timed separately.\n"
+    "On an sm_90+ GPU, the kernels an sm_90+ package marks \"pdl\" are launched with programmatic dependent\n"
+    "launch (each may start while its predecessor finishes) unless --no-cuda-pdl, which launches every kernel\n"
+    "with cuLaunchKernel. The outputs are the same either way.\n"
     "--timings prints where the time from start to the first result goes (AOTPACK_TIMINGS=1 does the same).\n"
     "--public-key requires the package to be signed by that key (`aotpack sign`); the signature is read\n"
     "from --signature, default PACKAGE.sig.\n";
@@ -59,6 +62,7 @@ struct Args {
   bool verify = true;
   int repeat = 5;
   bool cuda_graphs = true;
+  bool cuda_pdl = true;
   bool timings = false;
   uint64_t seed = 0;
   std::map<std::string, int64_t> symbols;
@@ -121,6 +125,8 @@ Args parse_args(int argc, char** argv) {
       args.verify = false;
     } else if (a == "--no-cuda-graphs") {
       args.cuda_graphs = false;
+    } else if (a == "--no-cuda-pdl") {
+      args.cuda_pdl = false;
     } else if (a == "--timings") {
       args.timings = true;
 
@@ -417,6 +423,7 @@ int run(const Args& args) {
   options.device_index = args.device_index;
   options.num_threads = args.threads;
   options.cuda_graphs = args.cuda_graphs ? 1 : 0;
+  options.cuda_pdl = args.cuda_pdl ? 1 : 0;
   t0 = clock::now();
   aotpack::Session session(model, options);
   double session_ms = ms_since(t0);
@@ -466,8 +473,9 @@ int run(const Args& args) {
     std::printf(", median of %zu runs %.3f ms%s", times.size(), median, graphs ? " (replay)" : "");
   }
   if (args.device == "cuda")
-    std::printf(" (cuda:%d, host inputs and outputs, %s)\n", args.device_index,
-                args.cuda_graphs ? "CUDA graphs" : "no CUDA graphs");
+    std::printf(" (cuda:%d, host inputs and outputs, %s%s)\n", args.device_index,
+                args.cuda_graphs ? "CUDA graphs" : "no CUDA graphs",
+                args.cuda_pdl ? "" : ", no programmatic dependent launch");
   else
     std::printf(" (%d thread%s)\n", args.threads, args.threads == 1 ? "" : "s");
   if (args.timings)

@@ -758,11 +758,11 @@ def test_each_bucket_variant_is_checked_like_the_step(runtime_build, wide_packag
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("pdl", ["1", "0", None], ids=["AOTPACK_CUDA_PDL=1", "AOTPACK_CUDA_PDL=0", "by default"])
+@pytest.mark.parametrize("pdl", [True, False], ids=["cuda_pdl", "no_cuda_pdl"])
 def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(runtime_build, package, tmp_path, pdl):
     """A package for sm_90 only marks every kernel "pdl" (it begins with griddepcontrol.wait), and by default
-    (and with AOTPACK_CUDA_PDL=1) the runtime launches those through cuLaunchKernelEx with programmatic stream
-    serialization, in graphs and out of them; with AOTPACK_CUDA_PDL=0 it launches them with cuLaunchKernel."""
+    (the session option cuda_pdl) the runtime launches those through cuLaunchKernelEx with programmatic stream
+    serialization, in graphs and out of them; with cuda_pdl=False it launches them with cuLaunchKernel."""
     path, steps = package
     with zipfile.ZipFile(path) as z:
         kernels = json.loads(z.read("cuda/sm_90/kernels.json"))["kernels"]
@@ -770,23 +770,76 @@ def test_kernels_of_an_sm90_package_launch_with_programmatic_dependent_launch(ru
     assert kernels and all(k["pdl"] is True for k in kernels), kernels
     assert source.count("tl.extra.cuda.gdc_wait()") == len(kernels), source
     trace = tmp_path / "trace.txt"
+    option = "" if pdl else ", cuda_pdl=False"  # on: the default, as a caller leaves it
     result = run_python(
         runtime_build,
         f"""
         import numpy as np
         from aotpack import runtime as rt
         for graphs in (True, False):
-            session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=graphs)
+            session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=graphs{option})
             session.run([np.ones((5, 8), np.float32)])
         """,
-        FAKE_CUDA_TRACE=str(trace), **({"AOTPACK_CUDA_PDL": pdl} if pdl is not None else {}),
+        FAKE_CUDA_TRACE=str(trace),
     )
     assert result.returncode == 0, result.stderr
     launches = [line for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
     assert len(launches) == 2 * steps, launches  # one capture, one direct run
-    assert all(line.endswith(" programmatic") == (pdl != "0") for line in launches), launches
+    assert all(line.endswith(" programmatic") == pdl for line in launches), launches
 
 
+def test_programmatic_launch_is_chosen_per_session(runtime_build, package, tmp_path):
+    """scripts/gpu_bench.py times the same package with and without it in one process: two sessions of one
+    model, one with cuda_pdl and one without, run in turn: each keeps its own, in graphs and out of them."""
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        f"""
+        import numpy as np
+        from aotpack import runtime as rt
+        model = rt.Model({str(path)!r})
+        for graphs in (False, True):
+            with_pdl = model.session(device="cuda", cuda_graphs=graphs)
+            without = model.session(device="cuda", cuda_graphs=graphs, cuda_pdl=False)
+            for session in (with_pdl, without, with_pdl, without):
+                session.run([np.ones((5, 8), np.float32)])
+        """,
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stderr
+    launches = [line.endswith(" programmatic") for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
+    direct = ([True] * steps + [False] * steps) * 2
+    captured = [True] * steps + [False] * steps  # each session's graph is recorded once, then replayed
+    assert launches == direct + captured, launches
+
+
+@pytest.mark.parametrize("pdl", [True, False], ids=["default", "no-cuda-pdl"])
+def test_the_tool_launches_without_programmatic_dependent_launch_on_request(runtime_build, package, tmp_path, pdl):
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = subprocess.run(
+        [str(runtime_build / "aotpack-run"), str(path), "--device", "cuda", "--repeat", "0", "--no-cuda-graphs"]
+        + ([] if pdl else ["--no-cuda-pdl"]),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=fake_env(runtime_build, FAKE_CUDA_TRACE=str(trace)),
+    )
+    assert result.returncode == 0, result.stderr
+    summary = "(cuda:0, host inputs and outputs, no CUDA graphs" + ("" if pdl else ", no programmatic dependent launch")
+    assert summary + ")" in result.stdout, result.stdout
+    launches = [line for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
+    assert len(launches) == steps, launches
+    assert all(line.endswith(" programmatic") == pdl for line in launches), launches
+
+
+def test_the_tool_documents_no_cuda_pdl(runtime_build):
+    result = subprocess.run([str(runtime_build / "aotpack-run"), "--help"], check=False, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "[--no-cuda-pdl]" in result.stdout and "unless --no-cuda-pdl" in result.stdout, result.stdout
 
 
 def test_a_kernels_pdl_mark_that_is_not_a_boolean_is_refused_at_load(runtime_build, package, tmp_path):
@@ -804,30 +857,6 @@ def test_a_kernels_pdl_mark_that_is_not_a_boolean_is_refused_at_load(runtime_bui
     assert "kernels[0].pdl" in result.stderr and "expected true or false" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
-def test_programmatic_launch_is_chosen_per_model_as_it_loads(runtime_build, package, tmp_path):
-    """scripts/gpu_bench.py times the same package with and without it in one process: the runtime reads
-    AOTPACK_CUDA_PDL when a model first sets up the GPU, so a model loaded with it set to 0 keeps launching
-    without it."""
-    path, steps = package
-    trace = tmp_path / "trace.txt"
-    result = run_python(
-        runtime_build,
-        f"""
-        import os
-        import numpy as np
-        from aotpack import runtime as rt
-        os.environ["AOTPACK_CUDA_PDL"] = "0"
-        without = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
-        del os.environ["AOTPACK_CUDA_PDL"]
-        with_pdl = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
-        for session in (with_pdl, without, with_pdl):
-            session.run([np.ones((5, 8), np.float32)])
-        """,
-        FAKE_CUDA_TRACE=str(trace),
-    )
-    assert result.returncode == 0, result.stderr
-    launches = [line.endswith(" programmatic") for line in trace.read_text().splitlines() if "cuLaunchKernel(" in line]
-    assert launches == [True] * steps + [False] * steps + [True] * steps, launches
 
 def test_a_package_for_an_architecture_before_sm90_too_has_no_grid_dependency_control(tmp_path):
     """ptxas refuses griddepcontrol before sm_90 and one source is compiled for every architecture."""

@@ -10,6 +10,7 @@ import pytest
 
 OLD_OPTIONS_SIZE = 16  # sizeof(aotpack_session_options_t) before io_memory was appended
 IO_MEMORY_OPTIONS_SIZE = 20  # ... and before cuda_graphs and cuda_graph_cache_size were
+GRAPH_OPTIONS_SIZE = 28  # ... and before cuda_pdl was
 
 
 def _create(rt, model, options) -> ctypes.c_void_p:
@@ -28,9 +29,10 @@ def _options(rt, **fields) -> object:
 
 def test_defaults(rt):
     options = _options(rt)
-    assert options.struct_size == ctypes.sizeof(rt._SessionOptions) == 28
+    assert options.struct_size == ctypes.sizeof(rt._SessionOptions) == 32
     assert options.io_memory == 0  # AOTPACK_MEMORY_HOST
     assert options.cuda_graphs == 1 and options.cuda_graph_cache_size == 64
+    assert options.cuda_pdl == 1
     assert rt.lib().aotpack_session_io_memory(None) == 0
 
 
@@ -77,9 +79,11 @@ def test_device_tensor_describes_itself_to_cuda_consumers(rt):
     [
         ({"cuda_graphs": 2}, "cuda_graphs is 2, expected 0 (off) or 1 (on)"),
         ({"cuda_graph_cache_size": 0}, "cuda_graph_cache_size is 0, expected 1..65536"),
+        ({"cuda_pdl": 2}, "cuda_pdl is 2, expected 0 (off) or 1 (on)"),
+        ({"cuda_pdl": -1}, "cuda_pdl is -1, expected 0 (off) or 1 (on)"),
     ],
 )
-def test_graph_options_are_checked_on_every_device(rt, mlp_package, fields, message):
+def test_cuda_options_are_checked_on_every_device(rt, mlp_package, fields, message):
     with pytest.raises(rt.AotpackError) as info:
         _create(rt, rt.Model(mlp_package), _options(rt, **fields))
     assert info.value.code == rt.StatusCode.INVALID_ARGUMENT and str(info.value) == message
@@ -89,7 +93,14 @@ def test_callers_built_before_graph_options_get_the_defaults(rt, mlp_package):
     """A caller's struct that ends at io_memory: the fields beyond it (garbage here) are not read."""
     model = rt.Model(mlp_package)
     handle = _create(rt, model, _options(rt, struct_size=IO_MEMORY_OPTIONS_SIZE, cuda_graphs=7,
-                                         cuda_graph_cache_size=-3))
+                                         cuda_graph_cache_size=-3, cuda_pdl=7))
+    rt.lib().aotpack_session_destroy(handle)
+
+
+def test_callers_built_before_cuda_pdl_get_the_default(rt, mlp_package):
+    """A caller's struct that ends at cuda_graph_cache_size: cuda_pdl (garbage here) is not read."""
+    model = rt.Model(mlp_package)
+    handle = _create(rt, model, _options(rt, struct_size=GRAPH_OPTIONS_SIZE, cuda_pdl=7))
     rt.lib().aotpack_session_destroy(handle)
 
 

@@ -64,6 +64,7 @@ TRITONSERVER_Error* InstanceState::Create(TRITONBACKEND_ModelInstance* instance,
     options.device_type = AOTPACK_DEVICE_CUDA;
     options.device_index = device_id;
     options.cuda_graphs = model->cuda_graphs();
+    options.cuda_pdl = model->cuda_pdl();
   } else if (kind != TRITONSERVER_INSTANCEGROUPKIND_CPU) {
     return Error(TRITONSERVER_ERROR_UNSUPPORTED, "instance " + state->name_ + ": the aotpack backend runs "
                  "instance groups of kind KIND_CPU or KIND_GPU; set instance_group's kind to one of them");

@@ -74,6 +74,7 @@ TRITONSERVER_Error* ModelState::Create(TRITONBACKEND_Model* triton_model, ModelS
   AOTPACK_TRITON_RETURN_IF_ERROR(IntParameter(config, "aotpack.verify_digests", 0, 1, &verify_digests));
   AOTPACK_TRITON_RETURN_IF_ERROR(IntParameter(config, "aotpack.num_threads", 1, 1024, &state->num_threads_));
   AOTPACK_TRITON_RETURN_IF_ERROR(IntParameter(config, "aotpack.cuda_graphs", 0, 1, &state->cuda_graphs_));
+  AOTPACK_TRITON_RETURN_IF_ERROR(IntParameter(config, "aotpack.cuda_pdl", 0, 1, &state->cuda_pdl_));
   const JsonValue* file = config.Find("default_model_filename");
   const std::string filename = file && file->is_string() && !file->text().empty() ? file->text() : "model.aotpack";
   const std::string path = std::string(location) + "/" + std::to_string(version) + "/" + filename;

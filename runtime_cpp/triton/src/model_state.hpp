@@ -29,6 +29,7 @@ class ModelState {
   int64_t max_rows() const { return signature_.batch.max; }
   int32_t num_threads() const { return num_threads_; }
   int32_t cuda_graphs() const { return cuda_graphs_; }
+  int32_t cuda_pdl() const { return cuda_pdl_; }
 
  private:
   ModelState() = default;
@@ -39,6 +40,7 @@ class ModelState {
   int64_t max_batch_size_ = 0;
   int32_t num_threads_ = 1;
   int32_t cuda_graphs_ = 1;
+  int32_t cuda_pdl_ = 1;
 };
 
 }  // namespace aotpack_triton

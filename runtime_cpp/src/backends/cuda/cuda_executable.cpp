@@ -1,8 +1,6 @@
 #include "cuda_executable.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda_weight_upload.hpp"
 #include "cuda_workspace.hpp"
@@ -26,16 +24,6 @@ std::string archs_string(const std::vector<int64_t>& archs) {
 }
 
 std::string driver_string(int version) { return str_cat(version / 1000, ".", version % 1000 / 10); }
-
-// Kernels that wait for their predecessor (kernels.json "pdl") are launched with programmatic dependent launch:
-// with graphs, a kernel of a short bucket lets its successor launch while it runs (render.py EARLY_LAUNCH_ROWS;
-// 10-12% less wall time at 1 to 128 tokens on an H200, docs/performance.md), and the others are launched as
-// soon as their predecessor ends. AOTPACK_CUDA_PDL=0 (read as a model sets up a device) launches them all
-// without it, as packages ran before; one process can load a model with it and another without.
-bool pdl_enabled() {
-  const char* v = std::getenv("AOTPACK_CUDA_PDL");
-  return !(v && std::strcmp(v, "0") == 0);
-}
 
 }  // namespace
 
@@ -98,7 +86,6 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
   for (int g = 0; g < 3; ++g)
     AOTPACK_CUDA_CHECK(*d, cuDeviceGetAttribute(&dev->max_grid[g], attrs[g], dev->device), "cuDeviceGetAttribute(grid)");
   const int64_t cc = major * 10 + minor;
-  const bool programmatic = pdl_enabled();
   dev->label = str_cat("CUDA device ", index, " (", name, ", compute capability ", major, ".", minor, ")");
   // Triton builds exact-architecture cubins (sm_90a for 9.0): only an exact match runs.
   if (std::find(plan_.archs.begin(), plan_.archs.end(), cc) == plan_.archs.end())
@@ -182,7 +169,7 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
     // "pdl" (optional, false when absent: packages before it): the kernel begins with griddepcontrol.wait.
     if (const json::Value* pdl = k.find("pdl")) {
       if (!pdl->is_bool()) return r.error(JsonReader::join(path, "pdl"), "expected true or false");
-      f.programmatic = pdl->as_bool() && cc >= 90 && d->cuLaunchKernelEx != nullptr && programmatic;
+      f.programmatic = pdl->as_bool() && cc >= 90 && d->cuLaunchKernelEx != nullptr;
     }
     found[ki] = 1;
   }

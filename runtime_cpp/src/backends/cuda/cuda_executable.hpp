@@ -33,8 +33,9 @@ class CudaDevice {
     cuda::CUfunction fn = nullptr;
     unsigned int threads = 0;  // num_warps * 32
     unsigned int shared = 0;
-    // Launched with programmatic dependent launch: kernels.json says the cubin waits for the previous
-    // kernel itself (griddepcontrol.wait) and the device is sm_90 or newer.
+    // May be launched with programmatic dependent launch: kernels.json says the cubin waits for the previous
+    // kernel itself (griddepcontrol.wait), the device is sm_90 or newer and the driver has cuLaunchKernelEx.
+    // A session launches it so when its cuda_pdl option is on too (CudaWorkspace::programmatic_).
     bool programmatic = false;
     // Bytes of global scratch memory per program (Triton's TMA descriptors made in the kernel); 0: none.
     // The workspace passes each launch a region of scratch_bytes times the launch's programs.

@@ -151,6 +151,7 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   const Driver& d = *dev.driver;
   // Without the driver's graph API the steps are launched directly, as with the option off.
   s->graphs_ = options.graphs && d.has_graphs();
+  s->programmatic_ = options.programmatic_launch;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   AOTPACK_CUDA_CHECK(d, cuStreamCreate(&s->stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
@@ -483,7 +484,7 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
       l.scratch0 = scratch_;
     }
     CUresult r;
-    if (f.programmatic) {
+    if (f.programmatic && programmatic_) {
       // The kernel may start while the previous one finishes; it waits for it before touching memory. The
       // first launch of a run follows the error flags' memset, a dependency the attribute leaves as it is.
       CUlaunchAttribute attr{};
