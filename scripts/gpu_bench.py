@@ -10,7 +10,7 @@ per call of
 
 - eager PyTorch, torch.compile (dynamic) and torch.compile(mode="reduce-overhead") (CUDA graphs, one per shape);
 - aotpack with device tensors in and out and CUDA graphs (the headline), without graphs, without programmatic
-  dependent launch (a second model of the same package loaded with AOTPACK_CUDA_PDL=0; then the headline
+  dependent launch (a session with cuda_pdl=False; then the headline
   again, so drift shows), and with host I/O
   (pinned staging), plus its GPU time per run (torch.profiler: kernels, and everything on the GPU) and its
   kernel count, so that "wall <= 1.1 x kernel time + 30 us" can be checked, and the first run at each shape
@@ -262,13 +262,8 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
     graphs = aot.session(device="cuda", io="device")
     direct = aot.session(device="cuda", io="device", cuda_graphs=False)
     host = aot.session(device="cuda")
-    # The same package without programmatic dependent launch (on by default: docs/architecture.md); the
-    # runtime reads AOTPACK_CUDA_PDL as a model sets up the GPU, at its first session.
-    os.environ["AOTPACK_CUDA_PDL"] = "0"
-    try:
-        no_pdl = runtime.Model(package).session(device="cuda", io="device")
-    finally:
-        del os.environ["AOTPACK_CUDA_PDL"]
+    # without programmatic dependent launch (on by default: docs/architecture.md)
+    no_pdl = aot.session(device="cuda", io="device", cuda_pdl=False)
     inputs_at: dict[int, list] = {}
     row["points"] = []
     for seq in seqs:
@@ -378,7 +373,7 @@ def markdown(summary: dict) -> str:
              f"{summary.get('torch')}, Triton {summary.get('triton')}). bfloat16, median wall ms per call, every "
              "system in one process on the same inputs. aotpack: device tensors in and out with CUDA graphs (the "
              "headline, programmatic dependent launch on), without graphs, without programmatic dependent launch "
-             "(AOTPACK_CUDA_PDL=0; then the headline again, as a drift check), and with host tensors (pinned staging); its GPU time per run is CUPTI's "
+             "(a session with cuda_pdl=False; then the headline again, as a drift check), and with host tensors (pinned staging); its GPU time per run is CUPTI's "
              "(torch.profiler), kernels only. \"limit\": 1.1 x kernel time + 0.030 ms; \"vs best\": aotpack / the "
              "best of the three peers.")
     header = ("| model | seq | eager | torch.compile | torch.compile + CUDA graphs | **aotpack** | aotpack no graphs "

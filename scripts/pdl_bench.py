@@ -10,8 +10,8 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `policy`: the exporter's defaults (EARLY_LAUNCH_ROWS, PREFETCH_ROWS);
 - `always`: every kernel lets its successor launch early, no weight fetched early.
 
-Runs: `none/off`, the `none` package launched without the attribute (AOTPACK_CUDA_PDL=0: packages before
-session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
+Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
+packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
 `always`, launched with it (the runtime's default). All are timed with CUDA graphs and device tensors, interleaved
 round by round so that drift reaches all alike: the median of each round's median wall ms. Outputs must equal
 `none/off`'s bit for bit. Results go to OUT_DIR/pdl_bench.json as they come.
@@ -34,7 +34,8 @@ from gpu_bench import MODELS, median_ms  # noqa: E402 - this script's neighbour:
 
 # policy: (EARLY_LAUNCH_ROWS, PREFETCH_ROWS), None: the exporter's default
 VARIANTS = {"none": (0, 0), "policy": (None, None), "always": (10**9, 0)}
-RUNS = (("none", "0", "none/off"), ("none", None, "none/wait"), ("policy", None, "policy"), ("always", None, "always"))
+# (package, the session's cuda_pdl, label)
+RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"))
 
 EXPORT_CODE = """
 import json, os, sys, time
@@ -100,12 +101,8 @@ def main() -> int:
         for variant, pdl, label in RUNS:
             if (name, variant) not in packages:
                 continue
-            if pdl is not None:  # read as a model sets up the GPU, at its first session
-                os.environ["AOTPACK_CUDA_PDL"] = pdl
-            try:
-                sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device")
-            finally:
-                os.environ.pop("AOTPACK_CUDA_PDL", None)
+            sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device",
+                                                                               cuda_pdl=pdl)
         module = example_module(REPO / "examples" / name / "model.py")
         for seq in (int(s) for s in args.seqs.split(",")):
             dev = [x.cuda() for x in make_inputs(name, module, MODELS[name][1], seq)]
