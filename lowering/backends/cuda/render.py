@@ -468,7 +468,7 @@ class TritonRenderer(KernelRenderer):
         previous kernel, or None. Only with programmatic dependent launch does this overlap anything (the
         previous kernel's tail); only a weight is safe to read early (no kernel writes it); only a bucket of one
         row tile reads each column once, so that the fetch is the whole of its DRAM traffic. One fetch per
-        128-byte line: along b's contiguous dimension the points step a line apart."""
+        128-byte line of each column (`line` elements apart along k), `rows` of them per step of the loop."""
         b = k.b
         if not (self.pdl and isinstance(b, StridedView) and not config.persistent
                 and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= min(config.bm, PREFETCH_ROWS)
@@ -479,7 +479,7 @@ class TritonRenderer(KernelRenderer):
         # 32-column tiles; measured, that lost more than it hid (docs/performance.md).
         line = 128 // DTYPES[self.program.buffers[b.buffer].dtype].itemsize
         rows = min(next_pow2(-(-self.max(k.k) // line)), max(1, PREFETCH_POINTS // config.bn))
-        return {"cols": config.bn, "col_step": 1, "rows": rows, "row_step": line}
+        return {"rows": rows, "line": line}
 
     def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
                   sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
@@ -609,7 +609,7 @@ PDL_MIN_ARCH = 90
 # tokens, 3-5% more at 512, where the successor's early programs crowd the SMs its own programs then need.
 EARLY_LAUNCH_ROWS = 128
 # A product of at most this many rows reading a weight stored [N, K] fetches its columns of it into L2 before
-# its wait (TritonRenderer._weight_prefetch): 4-6% less at the Llama shape's 1 and 16 tokens in that run.
+# its wait (TritonRenderer._weight_prefetch): 3-6% less at the Llama shape's 1 and 16 tokens in session 17's runs.
 PREFETCH_ROWS = 16
 PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
