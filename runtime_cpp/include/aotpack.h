@@ -222,7 +222,8 @@ typedef enum aotpack_memory_t {
  * sm_90+ device whose driver has cuLaunchKernelEx, in graphs and out of them; cuda_pdl = 0 launches every
  * kernel with cuLaunchKernel. Results are the same either way. It is on by default because, with graphs, a
  * kernel of a short bucket lets its successor launch while it runs and the others are launched as soon as
- * their predecessor ends: 10-12% less wall time at 1 to 128 tokens on an H200 (docs/performance.md).
+ * their predecessor ends: on an H200, 9-17% less wall time at one token, 1-9% at 128, 0-3% from 512 up
+ * (docs/performance.md).
  *
  * Host I/O goes through page-locked (pinned) memory the session owns: the copies run asynchronously at full
  * bandwidth, and aotpack_session_output points into that memory. The first host-I/O run allocates it for its
