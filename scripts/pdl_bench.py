@@ -1,6 +1,7 @@
 """Programmatic dependent launch policies against each other, on the GPU, in one process.
 
     python scripts/pdl_bench.py OUT_DIR [--models gpt2,llama] [--seqs 1,16,128,512,2048] [--tune]
+                                        [--early-rows 256,512]   # more bounds for EARLY_LAUNCH_ROWS to try
 
 Each model is exported once per policy, through the public pipeline with verification on
 (aotpack.api.export_model_file, bf16, target cuda; untuned unless --tune, so that every policy has the same
@@ -8,7 +9,8 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 
 - `none`: no kernel lets its successor launch early (EARLY_LAUNCH_ROWS = 0), no weight fetched early;
 - `policy`: the exporter's defaults (EARLY_LAUNCH_ROWS, PREFETCH_ROWS);
-- `always`: every kernel lets its successor launch early, no weight fetched early.
+- `always`: every kernel lets its successor launch early, no weight fetched early;
+- `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R.
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
@@ -30,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from gpu_bench import MODELS, median_ms  # noqa: E402 - this script's neighbour: the same models and timing
+from gpu_bench import MODELS, median_ms  # this script's neighbour: the same models and timing
 
 # policy: (EARLY_LAUNCH_ROWS, PREFETCH_ROWS), None: the exporter's default
 VARIANTS = {"none": (0, 0), "policy": (None, None), "always": (10**9, 0)}
@@ -57,7 +59,7 @@ def export_variants(names: list[str], arch: int, tune: bool) -> dict[tuple[str, 
     env = dict(os.environ, AOTPACK_COMPILE_JOBS=str(max(1, (os.cpu_count() or 2) // len(jobs))))
     running = {}
     for name, variant in jobs:
-        package = Path(tempfile.gettempdir()) / f"pdl_bench_{name}_{variant}.aotpack"  # not OUT_DIR: 250+ MB each
+        package = Path(tempfile.gettempdir()) / f"pdl_bench_{name}_{variant.replace('<=', '_')}.aotpack"  # not OUT_DIR: 250+ MB each
         early, prefetch = VARIANTS[variant]
         log = open(package.with_suffix(".log"), "w")  # noqa: SIM115 - closed below
         cmd = [sys.executable, "-c", EXPORT_CODE, str(REPO / "examples" / name / "model.py"), str(package), str(arch),
@@ -82,7 +84,14 @@ def main() -> int:
     parser.add_argument("--seqs", default="1,16,128,512,2048")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--early-rows", default="", help="comma-separated EARLY_LAUNCH_ROWS bounds to try too")
     args = parser.parse_args()
+    from aotpack.lowering.backends.cuda.render import PREFETCH_ROWS
+
+    runs = list(RUNS)
+    for rows in filter(None, args.early_rows.split(",")):
+        VARIANTS[f"early<={rows}"] = (int(rows), PREFETCH_ROWS)
+        runs.append((f"early<={rows}", True, f"early<={rows}"))
     import torch
     from aotpack import runtime
     from gpu_acceptance import example_module, make_inputs
@@ -98,7 +107,7 @@ def main() -> int:
         if (name, "none") not in packages:
             continue
         sessions = {}
-        for variant, pdl, label in RUNS:
+        for variant, pdl, label in runs:
             if (name, variant) not in packages:
                 continue
             sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device",
@@ -112,7 +121,7 @@ def main() -> int:
             rounds: dict[str, list[float]] = {key: [] for key in sessions}
             for _ in range(args.rounds):
                 for key, s in sessions.items():
-                    rounds[key].append(median_ms(lambda s=s: s.run(dev), 30 if seq <= 512 else 15, sync=False))
+                    rounds[key].append(median_ms(lambda s=s, dev=dev: s.run(dev), 30 if seq <= 512 else 15, sync=False))
             point = {"model": name, "seq": seq, "equal_to_none_off": equal,
                      "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
             results["points"].append(point)
