@@ -429,6 +429,8 @@ class TritonRenderer(KernelRenderer):
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
         operands["prefetch"] = self._weight_prefetch(k, config)
+        if operands["prefetch"]:
+            constexprs["PF_ROWS"] = operands["prefetch"]["rows"]
         operands["pdl_lines"] = _grid_dependency_lines(self._launches_early(k)) if self.pdl else []
         template = "matmul.py.jinja"
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
@@ -471,13 +473,15 @@ class TritonRenderer(KernelRenderer):
         128-byte line of each column (`line` elements apart along k), `rows` of them per step of the loop."""
         b = k.b
         if not (self.pdl and isinstance(b, StridedView) and not config.persistent
-                and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= min(config.bm, PREFETCH_ROWS)
+                and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= PREFETCH_ROWS <= config.bm
                 and self._launches_early(k) and sympy.sympify(b.strides[1]) == 1):
             return None
         # [N, K] storage (nn.Linear's weight read transposed): each of the program's columns is a run of K
         # elements. A [K, N] weight (GPT-2's Conv1D) would need a fetch per row of k, two per 128 bytes for
         # 32-column tiles; measured, that lost more than it hid (docs/performance.md).
         line = 128 // DTYPES[self.program.buffers[b.buffer].dtype].itemsize
+        # lines fetched per column and step: a block size (constexpr PF_ROWS), so that the kernel's source does
+        # not depend on its configuration (refit compares sources up to configurations)
         rows = min(next_pow2(-(-self.max(k.k) // line)), max(1, PREFETCH_POINTS // config.bn))
         return {"rows": rows, "line": line}
 
