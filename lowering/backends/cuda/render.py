@@ -609,9 +609,9 @@ def _reduction_parts(op: str, acc_dtype: str) -> dict[str, str]:
 PDL_MIN_ARCH = 90
 # A kernel whose bucket has at most this many rows signals right after its wait that its successor may launch
 # (gdc_launch_dependents), so the successor's programs are resident, and its launch done, while it runs. Session
-# 17 measured signalling in every kernel (H200, GPT-2 and the Llama shape, scripts/pdl_bench.py): 10-12% less
-# wall time at 1 to 128 tokens than the wait alone, 3-8% more at 512, where the successor's early programs crowd
-# the SMs the big tiles then need; above 128 rows a kernel therefore only waits.
+# 17 measured signalling in every kernel (H200, GPT-2 and the Llama shape, scripts/pdl_bench.py): 8-13% less
+# wall time at 1 to 128 tokens than without PDL, but 3-8% more than the wait alone at 512, where the successor's
+# early programs crowd the SMs the big tiles then need; above 128 rows a kernel therefore only waits.
 EARLY_LAUNCH_ROWS = 128
 # A product of at most this many rows reading a weight stored [N, K] fetches its columns of it into L2 before
 # its wait (TritonRenderer._weight_prefetch): 3-6% less at the Llama shape's 1 and 16 tokens in session 17's runs.
