@@ -66,6 +66,12 @@ def run_python(runtime_build, code: str, **extra) -> subprocess.CompletedProcess
     )
 
 
+def run_tool(runtime_build, args: list[str], **extra) -> subprocess.CompletedProcess:
+    """aotpack-run with `args` on the fake driver (`extra`: its FAKE_CUDA_* settings)."""
+    return subprocess.run([str(runtime_build / "aotpack-run"), *args], check=False, capture_output=True, text=True,
+                          timeout=120, env=fake_env(runtime_build, **extra))
+
+
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
 @pytest.mark.parametrize("io", ["host", "device"])
 def test_a_cuda_run_allocates_nothing(runtime_build, package, io, graphs):
@@ -433,15 +439,8 @@ def test_graph_options_are_checked(runtime_build, package, options, message):
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
 def test_the_tool_times_capture_and_replay(runtime_build, package, tmp_path, graphs):
     trace = tmp_path / "trace.txt"
-    result = subprocess.run(
-        [str(runtime_build / "aotpack-run"), str(package[0]), "--device", "cuda", "--repeat", "3", "--timings"]
-        + ([] if graphs else ["--no-cuda-graphs"]),
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=fake_env(runtime_build, FAKE_CUDA_TRACE=str(trace)),
-    )
+    result = run_tool(runtime_build, [str(package[0]), "--device", "cuda", "--repeat", "3", "--timings",
+                                      *([] if graphs else ["--no-cuda-graphs"])], FAKE_CUDA_TRACE=str(trace))
     assert result.returncode == 0, result.stderr
     if graphs:
         assert re.search(r"first run [\d.]+ ms \(capture\), median of 3 runs [\d.]+ ms \(replay\) "
@@ -512,27 +511,13 @@ def test_device_pointers_are_checked(runtime_build, package):
     ],
 )
 def test_driver_failures_are_reported(runtime_build, package, fail, message):
-    result = subprocess.run(
-        [str(runtime_build / "aotpack-run"), str(package[0]), "--device", "cuda"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=fake_env(runtime_build, **fail),
-    )
+    result = run_tool(runtime_build, [str(package[0]), "--device", "cuda"], **fail)
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert "CUDA_ERROR_FAKE (700: fake driver error)" in result.stderr, result.stderr
 
 
 def test_a_device_the_host_lacks(runtime_build, package):
-    result = subprocess.run(
-        [str(runtime_build / "aotpack-run"), str(package[0]), "--device", "cuda:1"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=fake_env(runtime_build),
-    )
+    result = run_tool(runtime_build, [str(package[0]), "--device", "cuda:1"])
     assert result.returncode == 1 and "CUDA device 1 does not exist: this host has 1 CUDA device" in result.stderr
 
 
@@ -818,15 +803,8 @@ def test_programmatic_launch_is_chosen_per_session(runtime_build, package, tmp_p
 def test_the_tool_launches_without_programmatic_dependent_launch_on_request(runtime_build, package, tmp_path, pdl):
     path, steps = package
     trace = tmp_path / "trace.txt"
-    result = subprocess.run(
-        [str(runtime_build / "aotpack-run"), str(path), "--device", "cuda", "--repeat", "0", "--no-cuda-graphs"]
-        + ([] if pdl else ["--no-cuda-pdl"]),
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=fake_env(runtime_build, FAKE_CUDA_TRACE=str(trace)),
-    )
+    result = run_tool(runtime_build, [str(path), "--device", "cuda", "--repeat", "0", "--no-cuda-graphs",
+                                      *([] if pdl else ["--no-cuda-pdl"])], FAKE_CUDA_TRACE=str(trace))
     assert result.returncode == 0, result.stderr
     summary = "(cuda:0, host inputs and outputs, no CUDA graphs" + ("" if pdl else ", no programmatic dependent launch")
     assert summary + ")" in result.stdout, result.stdout
