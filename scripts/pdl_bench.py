@@ -40,7 +40,7 @@ VARIANTS = {"none": (0, 0), "policy": (None, None), "always": (10**9, 0)}
 RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"))
 
 EXPORT_CODE = """
-import json, os, sys, time
+import os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
 from aotpack.lowering.backends.cuda import render
 from aotpack.api import export_model_file

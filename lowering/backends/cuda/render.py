@@ -159,18 +159,18 @@ class TritonRenderer(KernelRenderer):
         """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows. With
         programmatic dependent launch every other kernel gets one per bucket of its output's rows too, since
         whether it lets its successor launch early depends on them (`_launches_early`)."""
+        rows = self._rows(kernel)
+        if isinstance(kernel, (MatmulKernel, AttentionKernel)):
+            return rows
+        return rows if self.pdl and sympy.sympify(rows).free_symbols else None
+
+    def _rows(self, kernel: Kernel) -> sympy.Expr:
+        """The rows of a kernel's work: a product's rows, attention's query rows, else its output's rows (every
+        dimension but the last; a vector's elements)."""
         if isinstance(kernel, MatmulKernel):
             return kernel.m
         if isinstance(kernel, AttentionKernel):
             return kernel.q_len
-        rows = self._rows(kernel)
-        return rows if self.pdl and sympy.sympify(rows).free_symbols else None
-
-    def _rows(self, kernel: Kernel) -> sympy.Expr:
-        """The rows of a kernel's work: the deciding size of a product or attention, else its output's rows
-        (every dimension but the last; a vector's elements)."""
-        if isinstance(kernel, (MatmulKernel, AttentionKernel)):
-            return self.deciding_size(kernel)
         shape = self.program.buffers[kernel.output].shape
         return product(shape[:-1]) if len(shape) > 1 else product(shape)
 
