@@ -49,6 +49,11 @@ def repository(tmp_path_factory, serving_packages) -> Path:
     data = bytearray((repo / "mlp_damaged" / "1" / "model.aotpack").read_bytes())
     data[len(data) // 2] ^= 0x01
     (repo / "mlp_damaged" / "1" / "model.aotpack").write_bytes(bytes(data))
+    # A backend parameter out of its range.
+    shutil.copytree(repo / "mlp_auto", repo / "mlp_bad_parameter")
+    (repo / "mlp_bad_parameter" / "config.pbtxt").write_text(
+        'backend: "aotpack"\ninstance_group [ { kind: KIND_CPU } ]\n'
+        'parameters [ { key: "aotpack.cuda_pdl" value: { string_value: "2" } } ]\n')
     # A configuration that contradicts the package.
     shutil.copytree(repo / "mlp", repo / "mlp_bad")
     text = (repo / "mlp_bad" / "config.pbtxt").read_text().replace('name: "mlp"', 'name: "mlp_bad"')
@@ -166,6 +171,14 @@ def test_a_configuration_that_contradicts_the_package_does_not_load(server):
     with pytest.raises(InferenceServerException) as e:
         _http(server).load_model("mlp_bad")
     assert "input 'input': dims[0] is 31 but the package's dim 1 is 32" in str(e.value)
+
+
+def test_a_backend_parameter_out_of_its_range_does_not_load(server):
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException) as e:
+        _http(server).load_model("mlp_bad_parameter")
+    assert "parameter aotpack.cuda_pdl is '2': expected an integer in 0..1" in str(e.value), str(e.value)
 
 
 def test_a_damaged_package_does_not_load_and_says_why(server):
