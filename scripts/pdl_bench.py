@@ -34,19 +34,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from gpu_bench import MODELS, median_ms  # this script's neighbour: the same models and timing
 
-# policy: (EARLY_LAUNCH_ROWS, PREFETCH_ROWS), None: the exporter's default
-VARIANTS = {"none": (0, 0), "policy": (None, None), "always": (10**9, 0)}
-# (package, the session's cuda_pdl, label)
-RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"))
+# policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
+VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
+            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "late": {"LATE_LAUNCH": True},
+            "late_only": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0, "LATE_LAUNCH": True}}
+# (package, the session's cuda_pdl, label); `none/off` is every other run's reference
+RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"),
+        ("late", True, "late"), ("late_only", True, "late_only"))
 
 EXPORT_CODE = """
-import os, sys, time
+import json, os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
 from aotpack.lowering.backends.cuda import render
 from aotpack.api import export_model_file
-model_file, package, arch, early, prefetch, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:]
-if early != "default":
-    render.EARLY_LAUNCH_ROWS, render.PREFETCH_ROWS = int(early), int(prefetch)
+model_file, package, arch, constants, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+for name, value in json.loads(constants).items():
+    setattr(render, name, value)
 start = time.perf_counter()
 export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch,
                   tune=None if tune == "1" else False)
@@ -54,16 +57,15 @@ print("EXPORT_S", round(time.perf_counter() - start, 1))
 """
 
 
-def export_variants(names: list[str], arch: int, tune: bool) -> dict[tuple[str, str], Path]:
-    jobs = [(name, variant) for name in names for variant in VARIANTS]
+def export_variants(names: list[str], variants: list[str], arch: int, tune: bool) -> dict[tuple[str, str], Path]:
+    jobs = [(name, variant) for name in names for variant in variants]
     env = dict(os.environ, AOTPACK_COMPILE_JOBS=str(max(1, (os.cpu_count() or 2) // len(jobs))))
     running = {}
     for name, variant in jobs:
         package = Path(tempfile.gettempdir()) / f"pdl_bench_{name}_{variant.replace('<=', '_')}.aotpack"  # not OUT_DIR: 250+ MB each
-        early, prefetch = VARIANTS[variant]
         log = open(package.with_suffix(".log"), "w")  # noqa: SIM115 - closed below
         cmd = [sys.executable, "-c", EXPORT_CODE, str(REPO / "examples" / name / "model.py"), str(package), str(arch),
-               "default" if early is None else str(early), str(prefetch), str(int(tune)), *MODELS[name][2]]
+               json.dumps(VARIANTS[variant]), str(int(tune)), *MODELS[name][2]]
         running[(name, variant)] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log, package)
     done = {}
     for key, (proc, log, package) in running.items():
@@ -84,13 +86,14 @@ def main() -> int:
     parser.add_argument("--seqs", default="1,16,128,512,2048")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--runs", default="none/off,none/wait,policy,always", help="comma-separated labels of RUNS")
     parser.add_argument("--early-rows", default="", help="comma-separated EARLY_LAUNCH_ROWS bounds to try too")
     args = parser.parse_args()
-    from aotpack.lowering.backends.cuda.render import PREFETCH_ROWS
 
-    runs = list(RUNS)
+    labels = args.runs.split(",")
+    runs = [run for run in RUNS if run[2] in labels or run[2] == "none/off"]
     for rows in filter(None, args.early_rows.split(",")):
-        VARIANTS[f"early<={rows}"] = (int(rows), PREFETCH_ROWS)
+        VARIANTS[f"early<={rows}"] = {"EARLY_LAUNCH_ROWS": int(rows)}
         runs.append((f"early<={rows}", True, f"early<={rows}"))
     import torch
     from aotpack import runtime
@@ -100,7 +103,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     major, minor = torch.cuda.get_device_capability(0)
     names = args.models.split(",")
-    packages = export_variants(names, major * 10 + minor, args.tune)
+    packages = export_variants(names, list(dict.fromkeys(variant for variant, _, _ in runs)), major * 10 + minor, args.tune)
     results: dict = {"device": torch.cuda.get_device_name(0), "tuned": args.tune, "points": []}
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
     for name in names:
