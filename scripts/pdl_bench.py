@@ -1,6 +1,7 @@
 """Programmatic dependent launch policies against each other, on the GPU, in one process.
 
     python scripts/pdl_bench.py OUT_DIR [--models gpt2,llama] [--seqs 1,16,128,512,2048] [--tune]
+                                        [--runs none/off,none/wait,policy,always]   # the runs to time
                                         [--early-rows 256,512]   # more bounds for EARLY_LAUNCH_ROWS to try
 
 Each model is exported once per policy, through the public pipeline with verification on
@@ -36,11 +37,9 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
-            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "late": {"LATE_LAUNCH": True},
-            "late_only": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0, "LATE_LAUNCH": True}}
+            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}}
 # (package, the session's cuda_pdl, label); `none/off` is every other run's reference
-RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"),
-        ("late", True, "late"), ("late_only", True, "late_only"))
+RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"))
 
 EXPORT_CODE = """
 import json, os, sys, time

@@ -195,7 +195,6 @@ class TritonRenderer(KernelRenderer):
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """Named after its source and launch options; the launch data of its step is the grid."""
         meta = data["meta"]
-        body = _with_late_signal(body, self.pdl and LATE_LAUNCH and not self._launches_early(kernel))
         if self.pdl and "gdc_wait" not in body:  # a template that fetches before waiting places its own wait
             body = _with_grid_dependency_wait(body, self._launches_early(kernel))
         key = body + repr(sorted(meta["constexprs"].items())) + f"w{meta['num_warps']}s{meta['num_stages']}"
@@ -617,9 +616,6 @@ EARLY_LAUNCH_ROWS = 128
 # A product of at most this many rows reading a weight stored [N, K] fetches its columns of it into L2 before
 # its wait (TritonRenderer._weight_prefetch): 3-6% less at the Llama shape's 1 and 16 tokens in session 17's runs.
 PREFETCH_ROWS = 16
-# A kernel above EARLY_LAUNCH_ROWS signals after its main loop, before its stores (experiment).
-LATE_LAUNCH = False
-LATE_SIGNAL_MARKER = "    # (successor may launch here)"
 PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
@@ -645,12 +641,6 @@ def _with_grid_dependency_wait(body: str, early: bool) -> str:
     lines = body.split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("def ")) + 1
     return "\n".join([*lines[:at], *("    " + line for line in _grid_dependency_lines(early)), *lines[at:]])
-
-
-def _with_late_signal(body: str, late: bool) -> str:
-    """The signal placed where the kernel's reads and arithmetic are done, before its last phase (the marker
-    line each template puts there), or the marker removed; a template without the marker does not signal."""
-    return body.replace(LATE_SIGNAL_MARKER + "\n", "    _launch_dependents()\n" if late else "")
 
 
 def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False) -> RenderedLibrary:
