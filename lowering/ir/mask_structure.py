@@ -12,6 +12,11 @@ spelling produced it (arange offsets, `kv_idx <= q_idx`, `q_idx - kv_idx >= 0`, 
 Only -inf and false exclude: a float mask's large negative (finfo.min) still lets a row whose every key is
 masked average all its keys, which skipping keys would change; such masks are kept whole.
 
+A float mask that only ever adds 0 or -inf (`where(c, 0, -inf)`: what torch.export makes of sdpa's boolean
+mask, and the padding masks of transformers' sdpa path) is the boolean mask c (`as_selection`): adding 0 keeps
+a finite score and adding -inf gives -inf, as selecting does, so the kernels take the boolean form, whose
+softmax folds its scale into the exponential (templates/triton/attention.py.jinja).
+
 A mask of the key alone (padding) is used at run time instead (`skips_dead_keys`): the kernel first finds the
 first and last key block in which the mask leaves a score and walks only those. Skipping a block in which
 every score is masked, by false, -inf or an additive value at most DEAD_SCORE, is exact for every row that has
@@ -70,6 +75,27 @@ def causal_split(mask: Node) -> CausalSplit | None:
         offset = causal_offset(term)
         if offset is not None:
             return CausalSplit(offset, _without_term(mask, term))
+    return None
+
+
+def as_selection(mask: Node) -> Node | None:
+    """The boolean c where the float `mask` adds exactly 0 where c holds and -inf where it does not, else None:
+    `where(c, 0, -inf)`, `where(c, -inf, 0)` (not c), casts of them, and sums of them (their conjunction)."""
+    while isinstance(mask, Op) and mask.name == "cast" and mask.dtype != "bool":
+        mask = mask.args[0]
+    if mask.dtype == "bool":
+        return None  # a float cast of a boolean adds 1 or 0
+    if isinstance(mask, Op) and mask.name == "where":
+        cond, then, other = mask.args
+        if _is_zero(then) and _is_neg_inf(other):
+            return cond
+        if _is_neg_inf(then) and _is_zero(other):
+            return Op("logical_not", (cond,), "bool")
+        return None
+    if isinstance(mask, Op) and mask.name == "add":
+        terms = [as_selection(arg) for arg in mask.args]
+        if all(t is not None for t in terms):
+            return Op("logical_and", tuple(terms), "bool")
     return None
 
 
@@ -145,6 +171,12 @@ def _is_neg_inf(node: Node) -> bool:
     while isinstance(node, Op) and node.name == "cast":
         node = node.args[0]
     return isinstance(node, Const) and node.value == float("-inf")
+
+
+def _is_zero(node: Node) -> bool:
+    while isinstance(node, Op) and node.name == "cast":
+        node = node.args[0]
+    return isinstance(node, Const) and node.dtype != "bool" and node.value == 0
 
 
 def _without_term(mask: Node, term: Node) -> Node | None:

@@ -153,3 +153,22 @@ def test_tril_of_ones_is_causal():
     assert split.offset == 1 and split.rest is None
     either = Op("where", (cmp("le", iv(j), iv(i)), PAD, Const(True, "bool")), "bool")  # not a conjunction
     assert causal_split(either) is None
+
+
+def test_a_mask_of_zero_and_minus_infinity_is_a_selection():
+    """torch.export hands sdpa's boolean mask over as where(c, 0, -inf): adding it is selecting by c, which lets
+    the kernels fold the scale into the exponential. Any other value added (1, finfo.min) keeps it additive."""
+    from aotpack.lowering.ir.mask_structure import as_selection
+
+    assert as_selection(additive(PAD)) == PAD
+    assert as_selection(Op("cast", (additive(PAD),), "bfloat16")) == PAD
+    assert as_selection(Op("where", (PAD, NINF, ZERO), "float32")) == Op("logical_not", (PAD,), "bool")
+    causal = cmp("le", iv(j), iv(i))
+    assert as_selection(Op("add", (additive(PAD), additive(causal)), "float32")) == \
+        Op("logical_and", (PAD, causal), "bool")
+    lowest = Const(-3.4028234663852886e38, "float32")
+    assert as_selection(Op("where", (PAD, ZERO, lowest), "float32")) is None  # averages a fully masked row
+    assert as_selection(Op("where", (PAD, Const(1.0, "float32"), NINF), "float32")) is None
+    assert as_selection(Op("add", (additive(PAD), Load("bias", j, "float32")), "float32")) is None
+    assert as_selection(Op("cast", (PAD,), "float32")) is None  # adds 1 or 0
+    assert as_selection(PAD) is None

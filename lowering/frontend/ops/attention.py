@@ -22,7 +22,7 @@ import torch
 
 from ....errors import UnsupportedError
 from ...ir.kernels import AttentionKernel
-from ...ir.mask_structure import causal_split, with_decided_comparisons
+from ...ir.mask_structure import as_selection, causal_split, with_decided_comparisons
 from ...ir.symbolic import index_var
 from .. import values as V
 from ..graph import GraphLowering
@@ -75,6 +75,8 @@ def attention(ctx: GraphLowering, query: TensorValue, key: TensorValue, value: T
         # A mask built from positions that excludes every key past a diagonal: the kernel skips those key
         # blocks as for is_causal, and keeps the mask's other terms (a padding mask) as the mask.
         causal, offset, mask_node = True, split.offset, split.rest
+    if mask_node is not None and mask_node.dtype != "bool":
+        mask_node = as_selection(mask_node) or mask_node  # a mask of 0 and -inf selects (mask_structure.py)
     if kv_heads == heads:
         key, value, kv_heads = grouped_heads(key, value, int(heads))
     out_shape = (batch, q_len, heads, value_dim)
