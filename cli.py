@@ -178,11 +178,14 @@ def _bucket_lines(cuda: dict[str, Any] | None) -> list[str]:
         c = config[name].get("config")
         return " ".join(f"{k}={v}" for k, v in c.items()) if c else name
 
+    def launched(entry: dict[str, Any]) -> str:  # what this runtime launches: a split-K kernel before its twin
+        return entry["split"]["kernel"] if "split" in entry else entry["kernel"]
+
     groups: dict[tuple, int] = {}
     for step in cuda["steps"]:
         if "variants" in step:
             v = step["variants"]
-            key = (json.dumps(v["size"]), tuple((b["upto"], b["kernel"]) for b in v["buckets"]), step["kernel"])
+            key = (json.dumps(v["size"]), tuple((b["upto"], launched(b)) for b in v["buckets"]), launched(step))
             groups[key] = groups.get(key, 0) + 1
     lines = [(f"cuda:     {len(cuda['kernels'])} kernels; {sum(groups.values())} of {len(cuda['steps'])} steps have "
               "kernels per bucket of a size:")] if groups else []

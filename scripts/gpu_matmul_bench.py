@@ -1,6 +1,7 @@
 """The Triton matrix product alone, per bucket configuration, against cuBLAS and the memory bandwidth.
 
-    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep | --persistent] [--rows 1,16] [--shapes a,b] [--budget-s S]
+    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep | --persistent | --split] [--rows 1,16] [--shapes a,b]
+                                       [--budget-s S]
 
 For the projection shapes of GPT-2 124M, BERT-base and the Llama shape of docs/performance.md (bf16, weights
 read as nn.Linear and GPT-2's Conv1D store them), at M = 1, 16, 128, 512, 2048 (and BERT's batch 8 x 2048),
@@ -14,7 +15,9 @@ TMA programs tuning offers (matmul_config.PERSISTENT_CANDIDATES, with and withou
 through the same renderer (templates/triton/matmul_persistent.py.jinja). Writes OUT_DIR/matmul_bench.json and
 prints one line per measurement. --persistent times only the tiled table's choice and the persistent programs.
 "table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
-instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. Needs a GPU.
+instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
+at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
+next to the table's choice. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -67,20 +70,24 @@ def product_program(n: int, k: int, layout: str, hi: int):
     return Program((Symbol("rows", 1, hi),), {b.name: b for b in (x, w, out)}, (step,), ("x",), ("out",))
 
 
-def persistent_launcher(program, arch: int, prelude: str, config, m: int):
-    """A persistent TMA program of `config` for the program's product, rendered as an export renders it: a
-    function of (x, weight, out) that launches it at m rows."""
+def rendered_launcher(program, arch: int, prelude: str, config, m: int):
+    """The program's product at `config` (a persistent TMA program or a split-K one), rendered as an export
+    renders it: a function of (x, weight, out) that launches it at m rows."""
     import triton_interp
     from aotpack.lowering.backends.cuda.render import TritonRenderer
     from aotpack.lowering.ir.symbolic import evaluate, size_symbol
 
-    renderer = TritonRenderer(program, arch, tma=True)
+    renderer = TritonRenderer(program, arch, pdl=arch >= 90, tma=True)
     kernel, grid = renderer.render_with(program.steps[0], config)
     module = triton_interp.load_module(prelude + "\n" + kernel.source, False)
     fn = getattr(module, kernel.name)
     blocks = tuple(evaluate(g, {size_symbol("rows"): m}) for g in grid)
     constexprs = dict(kernel.constexprs)
-    return lambda x, w, out: fn[blocks](x, w, out, m, **constexprs, num_warps=kernel.num_warps,
+    split = []  # split-K's counts, zero (every launch leaves them so), and workspace, as the runtime passes them
+    if kernel.split_programs:
+        split = [torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
+                 torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
+    return lambda x, w, out: fn[blocks](x, w, out, m, *split, **constexprs, num_warps=kernel.num_warps,
                                         num_stages=kernel.num_stages)
 
 
@@ -109,7 +116,7 @@ def copy_bandwidth() -> float:
 
 def main() -> int:
     import triton_interp
-    from aotpack.lowering.backends.cuda.matmul_config import PERSISTENT_CANDIDATES, MatmulConfig
+    from aotpack.lowering.backends.cuda.matmul_config import PERSISTENT_CANDIDATES, SPLIT_KS, SPLIT_TILES, MatmulConfig
     from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
     from aotpack.lowering.codegen.library import render_library
     from aotpack.lowering.ir.symbolic import evaluate, size_symbol
@@ -118,6 +125,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--persistent", action="store_true", help="the table's choice and the persistent programs")
+    parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs (M <= 16)")
     parser.add_argument("--rows", default=None, help="comma-separated row counts instead of the default set")
     parser.add_argument("--shapes", default=None, help="comma-separated names of SHAPES (and square_4096)")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -202,11 +210,16 @@ def main() -> int:
                                   for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES for ws in (False, True)]
         if package_config is not None and package_config not in persistent_configs:
             persistent_configs.append(package_config)
+        if args.split and m <= 16:
+            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
+                                   for bm, bn, bk, warps, stages in SPLIT_TILES for splits in (1, *SPLIT_KS)
+                                   if k >= splits * bk]
         for config in persistent_configs:
-            label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages, "persistent",
-                     "ws" if config.warp_specialize else "no ws"]
+            label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
+                     *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent
+                       else [f"split {config.split_k}"])]
             try:
-                launch = persistent_launcher(program, arch, library.prelude, config, m)
+                launch = rendered_launcher(program, arch, library.prelude, config, m)
                 out.fill_(float("nan"))
                 launch(x, w, out)
                 torch.cuda.synchronize()
@@ -233,7 +246,9 @@ def main() -> int:
               f"{cublas_ms / table_entry['ms']:5.0%} of cuBLAS {cublas_ms * 1e3:.1f} us, err {table_entry['rel_err']:.1e})"
               + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep or args.persistent else "")
               + (f"; best persistent {min(persistent, key=lambda c: c['ms'])['config']} "
-                 f"{min(c['ms'] for c in persistent) * 1e3:.1f} us" if (persistent := [c for c in ok if "persistent" in c["config"]]) else ""),
+                 f"{min(c['ms'] for c in persistent) * 1e3:.1f} us" if (persistent := [c for c in ok if "persistent" in c["config"]]) else "")
+              + (f"; best split {min(split, key=lambda c: c['ms'])['config']} {min(c['ms'] for c in split) * 1e3:.1f} us"
+                 if (split := [c for c in ok if str(c["config"][-1]).startswith("split")]) else ""),
               flush=True)
         (args.out / "matmul_bench.json").write_text(json.dumps(results, indent=1))
     return 0

@@ -166,6 +166,11 @@ class KernelRenderer:
     def prelude(self, kernels: list[RenderedKernel]) -> str:
         raise NotImplementedError
 
+    def companions(self, kernel: RenderedKernel) -> tuple[RenderedKernel, ...]:
+        """Kernels the library holds besides the steps' own because `kernel` names them (a split-K product's
+        unsplit twin); none by default."""
+        return ()
+
     def epilogue(self, kernels: list[RenderedKernel]) -> str:
         """What follows every kernel in the library (the C++ one's kernel table); nothing by default."""
         return ""
@@ -179,6 +184,8 @@ def render_library(renderer: KernelRenderer) -> RenderedLibrary:
         rendered, launch, variants = renderer.render_variants(step)
         for kernel in (rendered, *(k for k, _ in variants)):
             kernels.setdefault(kernel.name, kernel)
+            for companion in renderer.companions(kernel):
+                kernels.setdefault(companion.name, companion)
         names.append(rendered.name)
         args.append(tuple(renderer.args(step)))
         launches.append(launch)

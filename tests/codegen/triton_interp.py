@@ -133,6 +133,12 @@ def run_program(program: Program, library: RenderedLibrary, inputs: list[torch.T
         if kernel.errors:
             flag = torch.zeros(1, dtype=torch.int32, device=device)
             call.append(flag)
+        if kernel.split_programs:  # split-K: a zero count per program and its workspace, as the runtime passes
+            counts = torch.zeros(kernel.split_programs, dtype=torch.int32, device=device)
+            call += [counts, torch.full((kernel.split_programs * kernel.split_tile_bytes // 4,), float("nan"),
+                                        dtype=torch.float32, device=device)]
+            if state is not None:
+                state.setdefault("split_counts", []).append(counts)
         getattr(module, kname)[grid](*call, **dict(kernel.constexprs), num_warps=kernel.num_warps)
         if flag is not None and int(flag[0]):
             errors.append(kernel.errors[int(flag[0]) - 1])

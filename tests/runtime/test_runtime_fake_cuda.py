@@ -911,3 +911,85 @@ def test_scratch_a_runtime_cannot_give_is_refused_at_load(runtime_build, package
     assert result.returncode == 1, result.stderr
     assert message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.fixture(scope="module")
+def split_package(tmp_path_factory):
+    """Small with its product forced to split-K (2 slices of its depth of 8: one of them empty), for cpu and
+    cuda sm_90. Its 1..16 rows are one bucket, so the step itself names the split kernel under "split"."""
+    from aotpack.lowering.backends.cuda import render
+    from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
+
+    tmp = tmp_path_factory.mktemp("fake_cuda_split")
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp / "model.py", Small().eval(), (torch.randn(3, 8),), ("x",), {"x": {0: "n"}}, {"n": (1, 16)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "matmul_config", lambda *args, **kwargs: MatmulConfig(16, 16, 16, 8, 4, 3, split_k=2))
+        result = build_package(captured, tmp / "split.aotpack", targets=Targets(CpuTarget("x86-64-v3"), CudaTarget((90,))))
+    return result.path
+
+
+def test_a_split_product_is_launched_with_its_workspace_and_its_twin_named_for_older_runtimes(
+        runtime_build, split_package, tmp_path):
+    with zipfile.ZipFile(split_package) as z:
+        cuda = json.loads(z.read("program.json"))["cuda"]
+    kernels = {k["name"]: k for k in cuda["kernels"]}
+    step = next(s for s in cuda["steps"] if "split" in s)
+    split, twin = kernels[step["split"]["kernel"]], kernels[step["kernel"]]
+    # one 16 x 16 tile of the 4 columns at 16 rows, 2 slices: programs and float32 tile bytes for its workspace
+    assert split["split"] == {"programs": 2, "tile_bytes": 16 * 16 * 4} and "split" not in twin
+    assert split["config"]["SPLIT_K"] == 2 and step["split"]["grid"][2] == 2 and step["grid"][2] == 1
+    trace = tmp_path / "trace.txt"
+    result = run_tool(runtime_build, [str(split_package), "--device", "cuda", "--repeat", "3", "--no-cuda-graphs"],
+                      FAKE_CUDA_TRACE=str(trace))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = trace.read_text().splitlines()
+    launches = [line for line in lines if line.startswith("cuLaunchKernel(") and step["split"]["kernel"] in line]
+    assert len(launches) >= 3 and all(", grid 1 1 2," in line for line in launches), launches
+    assert not any(line.startswith("cuLaunchKernel(") and step["kernel"] + "," in line for line in lines)
+    # the counts (an int32 per program) are cleared once, when the session is made: before the stream's first run
+    # (which starts by clearing the error flags, another allocation)
+    memsets = [line for line in lines if line.startswith("cuMemsetD8Async(")]
+    made, flags = memsets[0].split(",")[0], memsets[1].split(",")[0]
+    assert memsets[0].endswith(", 0, 8)") and made != flags and sum(m.startswith(made + ",") for m in memsets) == 1, memsets
+
+
+def _split_kernel_named_as_the_step_kernel(step: dict, program: dict) -> None:
+    step["kernel"] = step["split"]["kernel"]
+
+
+def _split_without_workspace(step: dict, program: dict) -> None:
+    del next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["split"]
+
+
+def _split_workspace_past_the_limit(step: dict, program: dict) -> None:
+    next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["split"]["tile_bytes"] = 2**30
+
+
+def _split_with_other_parameters(step: dict, program: dict) -> None:
+    next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["symbols"] = []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_split_kernel_named_as_the_step_kernel, "is a split-K kernel, which only a \"split\" entry may launch"),
+    (_split_without_workspace, "takes no split-K workspace"),
+    (_split_workspace_past_the_limit, "split.tile_bytes: expected a multiple of 4 with programs x tile_bytes at most"),
+    (_split_with_other_parameters, "takes other parameters than"),
+], ids=["as-step-kernel", "no-workspace", "workspace-size", "parameters"])
+def test_a_split_launch_is_checked_at_load(runtime_build, split_package, tmp_path, edit, message):
+    """A split-K kernel where a runtime without split-K would launch it, a "split" entry naming a kernel with no
+    workspace, a workspace past what a session allocates, or other parameters than its twin: refused at load
+    with one line naming the entry."""
+    from corrupt_packages import pack, read_entries
+
+    entries = read_entries(split_package.read_bytes())
+    program = json.loads(entries["program.json"])
+    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "split" in s)
+    edit(program["cuda"]["steps"][index], program)
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
+    result = run_tool(runtime_build, [str(bad), "--device", "cuda", "--repeat", "0"])
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -10,7 +10,7 @@ from ...codegen.library import RenderedLibrary
 from ...codegen.printer import to_json
 from ...ir.kernels import Program
 from ..interface import Artifacts, Backend
-from .render import render_triton_library
+from .render import TritonKernel, render_triton_library
 
 
 class CudaBackend(Backend):
@@ -37,21 +37,23 @@ class CudaBackend(Backend):
     def plan_section(self, library: RenderedLibrary, ids: dict[str, int]) -> dict[str, Any]:
         """The kernels' symbols and error messages, and each step's launch grid and its kernels per bucket of
         its deciding size (docs/package-format.md)."""
+        by_name = {k.name: k for k in library.kernels}
         steps = []
         for i, (kernel, args, grid) in enumerate(zip(library.step_kernels, library.step_args, library.step_launches)):
-            step: dict[str, Any] = {"kernel": kernel, "args": [ids[a] for a in args], "grid": [to_json(g) for g in grid]}
+            step: dict[str, Any] = {**_launch(by_name[kernel], grid), "args": [ids[a] for a in args]}
             variants = library.variants_of(i)
             if variants is not None:
                 step["variants"] = {"size": to_json(variants.size), "buckets": [
-                    {"upto": v.upto, "kernel": v.kernel, "grid": [to_json(g) for g in v.launch]}
-                    for v in variants.variants]}
+                    {"upto": v.upto, **_launch(by_name[v.kernel], v.launch)} for v in variants.variants]}
             steps.append(step)
         return {
             "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors), "family": k.family,
                          "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
                                     **({"persistent_tma": True} if k.persistent else {}),
                                     **({"early_launch": True} if k.early_launch else {}),
-                                    **({"l2_prefetch": True} if k.l2_prefetch else {})}}
+                                    **({"l2_prefetch": True} if k.l2_prefetch else {})},
+                         **({"split": {"programs": k.split_programs, "tile_bytes": k.split_tile_bytes}}
+                            if k.split_programs else {})}
                         for k in library.kernels],
             "steps": steps,
         }
@@ -85,3 +87,13 @@ class CudaBackend(Backend):
         from .compile import triton_version
 
         return {"triton": triton_version() or "unknown"}
+
+
+def _launch(kernel: TritonKernel, grid) -> dict[str, Any]:
+    """A launch's "kernel" and "grid"; a split-K kernel goes under "split", its unsplit twin in their place, so a
+    runtime that does not know split-K launches the twin (docs/package-format.md)."""
+    if kernel.fallback is None:
+        return {"kernel": kernel.name, "grid": [to_json(g) for g in grid]}
+    twin, twin_grid = kernel.fallback
+    return {"kernel": twin.name, "grid": [to_json(g) for g in twin_grid],
+            "split": {"kernel": kernel.name, "grid": [to_json(g) for g in grid]}}

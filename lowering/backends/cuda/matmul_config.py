@@ -41,6 +41,9 @@ class MatmulConfig:
     # warp_specialize, Triton splits each program into producer (loads) and consumer (tensor core) warps
     persistent: bool = False
     warp_specialize: bool = False
+    # split-K: SPLIT_K programs per output tile, each summing one slice of the depth; the last of them to
+    # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja)
+    split_k: int = 1
 
 
 def _pow2(n: int) -> int:
@@ -99,6 +102,23 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
                    (16, 16, 256, 4, 4), (16, 16, 512, 4, 3), (16, 32, 256, 4, 4), (16, 32, 512, 4, 3))
 
 
+# Split-K programs tuning times for products of at most 16 rows whose 16-row tiles leave most SMs idle: a
+# few-row product is bound by the latency of its serial loads of k, so SPLIT_K programs a tile, each loading
+# a slice, finish sooner. (BM, BN, BK, warps, stages), times each of SPLIT_KS slices.
+SPLIT_TILES = ((16, 16, 128, 4, 4), (16, 32, 128, 4, 4), (16, 16, 256, 4, 4), (16, 32, 256, 4, 4))
+SPLIT_KS = (2, 4, 8)
+
+
+def split_candidates(m: int, n: int, k: int, arch: int | None) -> list[MatmulConfig]:
+    """Split-K programs for a product of at most 16 rows whose unsplit tiles fill less than a wave, with at
+    most two waves of programs split and at least a BK step a slice."""
+    sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
+    return [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
+            for bm, bn, bk, warps, stages in SPLIT_TILES for splits in SPLIT_KS
+            if m <= 16 and _tiles(m, n, bm, bn) < sms and _tiles(m, n, bm, bn) * splits <= 2 * sms
+            and k >= splits * bk]
+
+
 # The table's persistent programs (sm_90+): up to 2048 rows, then above. H200, Triton 3.6,
 # `scripts/gpu_matmul_bench.py OUT --persistent --rows 2048,4096,16384` over GPT-2's and BERT-base's projections
 # and 4096^3 (docs/data/matmul_persistent_h200.json, docs/performance.md): against the tiled table, 2048 rows
@@ -154,14 +174,16 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
                       store_bytes: int = 4) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
-    table), then, where `tma` (the renderer's word that every target is sm_90+ and TMA can read both
-    operands), persistent TMA programs. float32 and float64 products keep the table's choice."""
+    table), split-K programs of those at most 16 rows (split_candidates), then, where `tma` (the renderer's
+    word that every target is sm_90+ and TMA can read both operands), persistent TMA programs. float32 and
+    float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
     fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
             for bm, bn, bk, warps, stages in HALF_CANDIDATES
             if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n)) and (bm == 16) == (m <= 16)]
+    fits += split_candidates(m, n, k, arch)
     if tma and m >= TMA_MIN_ROWS:
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
                  for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]

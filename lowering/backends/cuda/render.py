@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,14 @@ class TritonKernel(RenderedKernel):
     persistent: bool = False  # a persistent matrix product reading through TMA descriptors (global scratch)
     early_launch: bool = False  # after its wait, lets its successor launch (EARLY_LAUNCH_ROWS)
     l2_prefetch: bool = False  # fetches its weight into L2 before its wait (TritonRenderer._weight_prefetch)
+    # split-K (MatmulConfig.split_k): the most programs a launch of it has, and the bytes of the partial sums
+    # each writes. The runtime passes it a counter per program (zero at every launch: the last program of a
+    # tile resets its own) and split_programs * split_tile_bytes of workspace, after the error flag.
+    split_programs: int = 0
+    split_tile_bytes: int = 0
+    # A split kernel's unsplit twin and its grid: what the package names as the step's kernel, so that a runtime
+    # that does not know split-K launches it (docs/package-format.md, "split").
+    fallback: tuple[TritonKernel, tuple[sympy.Expr, ...]] | None = None
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -149,11 +158,11 @@ class TritonRenderer(KernelRenderer):
 
     def render_with(self, kernel: Kernel, config: MatmulConfig | AttentionConfig) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """The kernel at `config` instead of the table's choice."""
-        self._forced = config
+        forced, self._forced = self._forced, config
         try:
             return super().render(kernel)
         finally:
-            self._forced = None
+            self._forced = forced
 
     def deciding_size(self, kernel: Kernel) -> sympy.Expr | None:
         """Matrix products get a variant per bucket of their rows, attention per bucket of its query rows. With
@@ -180,7 +189,7 @@ class TritonRenderer(KernelRenderer):
         return self.max(self._rows(kernel)) <= EARLY_LAUNCH_ROWS
 
     def _params(self, kernel: Kernel, exprs: list[sympy.Expr], has_errors: bool,
-                constexprs: dict[str, int]) -> dict[str, Any]:
+                constexprs: dict[str, int], split: bool = False) -> dict[str, Any]:
         args = self.args(kernel)
         signature = [("out" if i == len(args) - 1 else f"in{i}", POINTER_TYPE[self.program.buffers[b].dtype])
                      for i, b in enumerate(args)]
@@ -188,6 +197,8 @@ class TritonRenderer(KernelRenderer):
         signature += [(f"s_{s.name}", "i64") for s, _ in symbols]
         if has_errors:
             signature.append(("err_flag", "*i32"))
+        if split:
+            signature += [("split_count", "*i32"), ("split_part", "*fp32")]
         signature += [(name, "constexpr") for name in constexprs]
         return {"signature": signature, "symbols": [i for _, i in symbols],
                 "params": ", ".join(n if t != "constexpr" else f"{n}: tl.constexpr" for n, t in signature)}
@@ -204,11 +215,16 @@ class TritonRenderer(KernelRenderer):
             signature=tuple(data["signature"]), constexprs=tuple(meta["constexprs"].items()),
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
             errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")),
-            early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body)
+            early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body,
+            split_programs=meta.get("split_programs", 0), split_tile_bytes=meta.get("split_tile_bytes", 0),
+            fallback=meta.get("fallback"))
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
         return self.env.get_template("prelude.py.jinja").render()
+
+    def companions(self, kernel: RenderedKernel) -> tuple[RenderedKernel, ...]:
+        return (kernel.fallback[0],) if isinstance(kernel, TritonKernel) and kernel.fallback else ()
 
     @staticmethod
     def _decompose(prefix: str, flat: str, shape: tuple[sympy.Expr, ...], index) -> list[dict[str, str]]:
@@ -428,12 +444,16 @@ class TritonRenderer(KernelRenderer):
             epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
+        split = self._split(k, config)
+        if split:
+            constexprs["SPLIT_K"] = config.split_k
+        operands["split_k"] = split
         operands["prefetch"] = self._weight_prefetch(k, config)
         if operands["prefetch"]:
             constexprs["PF_ROWS"] = operands["prefetch"]["rows"]
         operands["pdl_lines"] = _grid_dependency_lines(self._launches_early(k)) if self.pdl else []
         template = "matmul.py.jinja"
-        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(1))
+        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(config.split_k))
         if config.persistent:
             if rows_n is None:
                 raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
@@ -445,8 +465,13 @@ class TritonRenderer(KernelRenderer):
             # take one tile more (correct, a little unbalanced)
             grid = (sympy.Min(grid[0], SM_COUNT.get(self.arch, min(SM_COUNT.values()))), sympy.Integer(1),
                     sympy.Integer(1))
-        params = self._params(k, exprs, bool(checks), constexprs)
+        params = self._params(k, exprs, bool(checks), constexprs, split)
         compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
+        split_meta = {}
+        if split:  # sized for the bucket's largest launch, which the runtime checks each launch against
+            programs = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn) * self.max(k.batch) * config.split_k
+            split_meta = {"split_programs": programs, "split_tile_bytes": bm * bn * 4,
+                          "fallback": self.render_with(k, dataclasses.replace(config, split_k=1))}
         return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
             "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
@@ -462,8 +487,17 @@ class TritonRenderer(KernelRenderer):
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
-                     "persistent": config.persistent},
+                     "persistent": config.persistent, **split_meta},
         }
+
+    def _split(self, k: MatmulKernel, config: MatmulConfig) -> bool:
+        """Whether the product runs split-K (config.split_k programs per tile): refused where its partial sums
+        would not be float32 or its programs persistent."""
+        if config.split_k == 1:
+            return False
+        if config.persistent or k.dtype == "float64" or config.split_k < 1:
+            raise UnsupportedError(f"split-K {config.split_k} needs a tiled product with float32 accumulation")
+        return True
 
     def _weight_prefetch(self, k: MatmulKernel, config: MatmulConfig) -> dict[str, int] | None:
         """How a few-row product fetches its program's columns of a weight b into L2 before it waits for the

@@ -50,6 +50,29 @@ Status parse_grid(const JsonReader& r, const Program& program, const json::Value
   return Status();
 }
 
+// "split": {"kernel": NAME, "grid": [...]}, optional beside a launch's "kernel" (its unsplit twin): a split-K
+// kernel, which takes the twin's parameters and then its workspace. A split-K kernel may be named only here,
+// since a runtime that does not know "split" launches "kernel" without the workspace.
+Status parse_split_launch(const JsonReader& r, const CudaPlan& plan, const Program& program, const json::Value& item,
+                          const std::string& path, size_t twin, CudaSplitLaunch* out) {
+  const CudaKernelInfo& own = plan.kernels[twin];
+  if (own.split_programs > 0)
+    return r.error(JsonReader::join(path, "kernel"), str_cat("kernel ", quoted(own.name), " is a split-K kernel, "
+                                                            "which only a \"split\" entry may launch"));
+  const json::Value* split = item.find("split");
+  if (!split) return Status();
+  const std::string spath = JsonReader::join(path, "split");
+  if (!split->is_object()) return r.error(spath, "expected an object");
+  AOTPACK_RETURN_IF_ERROR(find_kernel(r, plan, *split, spath, &out->kernel));
+  const CudaKernelInfo& k = plan.kernels[out->kernel];
+  if (k.split_programs == 0)
+    return r.error(JsonReader::join(spath, "kernel"), str_cat("kernel ", quoted(k.name), " takes no split-K workspace"));
+  if (k.symbols != own.symbols || k.errors.size() != own.errors.size())
+    return r.error(JsonReader::join(spath, "kernel"), str_cat("kernel ", quoted(k.name), " takes other parameters than ",
+                                                             quoted(own.name), ", the kernel it splits"));
+  return parse_grid(r, program, *split, spath, &out->grid);
+}
+
 // "variants": {"size": EXPR, "buckets": [{"upto": N, "kernel": NAME, "grid": [...]}, ...]}, optional. Every
 // variant's kernel must take the step kernel's parameters (the launch's parameter array is built once per
 // step), and the buckets must ascend.
@@ -77,8 +100,26 @@ Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& 
       return r.error(JsonReader::join(bpath, "kernel"), str_cat("kernel ", quoted(k.name), " takes other parameters than the step's kernel ",
                                                                 quoted(own.name), "; variants must differ only in configuration"));
     AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, (*buckets)[v], bpath, &variant.grid));
+    AOTPACK_RETURN_IF_ERROR(parse_split_launch(r, plan, program, (*buckets)[v], bpath, variant.kernel, &variant.split));
     step->variants.push_back(std::move(variant));
   }
+  return Status();
+}
+
+// A split-K kernel's "split": {"programs": P, "tile_bytes": T}, within what a session allocates for it.
+Status parse_split(const json::Value& kernel, const JsonReader& r, const std::string& path, CudaKernelInfo* k) {
+  const json::Value* split = kernel.find("split");
+  if (!split) return Status();
+  const std::string spath = JsonReader::join(path, "split");
+  if (!split->is_object()) return r.error(spath, "expected an object");
+  AOTPACK_RETURN_IF_ERROR(r.int_field(*split, spath, "programs", &k->split_programs));
+  AOTPACK_RETURN_IF_ERROR(r.int_field(*split, spath, "tile_bytes", &k->split_tile_bytes));
+  constexpr int64_t kMaxPrograms = int64_t{1} << 24, kMaxBytes = int64_t{1} << 30;
+  if (k->split_programs < 1 || k->split_programs > kMaxPrograms)
+    return r.error(JsonReader::join(spath, "programs"), str_cat("expected 1..", kMaxPrograms));
+  if (k->split_tile_bytes < 4 || k->split_tile_bytes % 4 != 0 || k->split_tile_bytes > kMaxBytes / k->split_programs)
+    return r.error(JsonReader::join(spath, "tile_bytes"),
+                   str_cat("expected a multiple of 4 with programs x tile_bytes at most ", kMaxBytes));
   return Status();
 }
 
@@ -86,22 +127,33 @@ Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& 
 
 std::vector<std::pair<size_t, const std::array<Expr, 3>*>> step_launches(const CudaStep& step) {
   std::vector<std::pair<size_t, const std::array<Expr, 3>*>> launches = {{step.kernel, &step.grid}};
-  for (const CudaVariant& v : step.variants) launches.emplace_back(v.kernel, &v.grid);
+  if (step.split.kernel != kNoKernel) launches.emplace_back(step.split.kernel, &step.split.grid);
+  for (const CudaVariant& v : step.variants) {
+    launches.emplace_back(v.kernel, &v.grid);
+    if (v.split.kernel != kNoKernel) launches.emplace_back(v.split.kernel, &v.split.grid);
+  }
   return launches;
 }
 
 Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid) {
+  const CudaSplitLaunch* split = &step.split;
   *kernel = step.kernel;
   *grid = &step.grid;
-  if (step.variants.empty()) return Status();
-  int64_t size = 0;
-  AOTPACK_RETURN_IF_ERROR(eval_expr(step.size, symbols, &size));
-  for (const CudaVariant& v : step.variants) {
-    if (size <= v.upto) {
-      *kernel = v.kernel;
-      *grid = &v.grid;
-      break;
+  if (!step.variants.empty()) {
+    int64_t size = 0;
+    AOTPACK_RETURN_IF_ERROR(eval_expr(step.size, symbols, &size));
+    for (const CudaVariant& v : step.variants) {
+      if (size <= v.upto) {
+        *kernel = v.kernel;
+        *grid = &v.grid;
+        split = &v.split;
+        break;
+      }
     }
+  }
+  if (split->kernel != kNoKernel) {
+    *kernel = split->kernel;
+    *grid = &split->grid;
   }
   return Status();
 }
@@ -152,6 +204,7 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
       if (!(*errors)[e].is_string()) return r.error(JsonReader::join(JsonReader::join(path, "errors"), e), "expected a string");
       k.errors.push_back((*errors)[e].as_string());
     }
+    AOTPACK_RETURN_IF_ERROR(parse_split((*kernels)[i], r, path, &k));
     plan.kernels.push_back(std::move(k));
   }
   const std::vector<json::Value>* steps;
@@ -173,6 +226,7 @@ Status parse_cuda_plan(const json::Value& manifest, const json::Value& program_d
     }
     if (step.args.empty()) return r.error(JsonReader::join(path, "args"), "a step needs at least its output buffer");
     AOTPACK_RETURN_IF_ERROR(parse_grid(r, program, item, path, &step.grid));
+    AOTPACK_RETURN_IF_ERROR(parse_split_launch(r, plan, program, item, path, step.kernel, &step.split));
     AOTPACK_RETURN_IF_ERROR(parse_variants(r, plan, program, item, path, &step));
     plan.steps.push_back(std::move(step));
   }

@@ -22,6 +22,20 @@ struct CudaKernelInfo {
   std::string name;
   std::vector<size_t> symbols;      // program symbols passed after the buffers, in order
   std::vector<std::string> errors;  // message of error-flag value i + 1; empty: the kernel takes no flag
+  // Split-K products (docs/package-format.md): after the flag the kernel takes a count per program, zero at
+  // every launch (each tile's last program resets its own), and split_tile_bytes of workspace per program;
+  // split_programs bounds its launches' programs. 0: it takes neither.
+  int64_t split_programs = 0;
+  int64_t split_tile_bytes = 0;
+};
+
+constexpr size_t kNoKernel = static_cast<size_t>(-1);
+
+// A split-K kernel launched instead of the one its entry names (that kernel's unsplit twin, which a runtime
+// without split-K launches): `kernel` is kNoKernel when there is none.
+struct CudaSplitLaunch {
+  size_t kernel = kNoKernel;
+  std::array<Expr, 3> grid;
 };
 
 // A step's kernel for the sizes of its deciding size up to `upto` (above the previous variant's).
@@ -29,6 +43,7 @@ struct CudaVariant {
   int64_t upto = 0;
   size_t kernel = 0;
   std::array<Expr, 3> grid;
+  CudaSplitLaunch split;
 };
 
 struct CudaStep {
@@ -37,13 +52,15 @@ struct CudaStep {
   std::array<Expr, 3> grid;      // launch grid over the symbols
   Expr size;                     // the deciding size, when the step has variants
   std::vector<CudaVariant> variants;  // ascending `upto`; every one takes the same parameters as `kernel`
+  CudaSplitLaunch split;              // launched instead of `kernel` above every variant
 };
 
-// The step's own launch and each bucket variant's, as (kernel, grid), the step's own first.
+// The step's own launch and each bucket variant's, as (kernel, grid), the step's own first, each followed by its
+// split-K launch where it has one.
 std::vector<std::pair<size_t, const std::array<Expr, 3>*>> step_launches(const CudaStep& step);
 
 // The kernel and grid a step launches at these symbol values: the first variant whose bucket holds the
-// deciding size, else the step's own.
+// deciding size, else the step's own; its split-K launch where it has one.
 Status choose_variant(const CudaStep& step, const int64_t* symbols, size_t* kernel, const std::array<Expr, 3>** grid);
 
 // What the package says about CUDA, parsed and validated at load (before any device is touched).

@@ -188,6 +188,7 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   }
   AOTPACK_RETURN_IF_ERROR(s->scratch_at_maxima(maxima.data(), &s->scratch_capacity_));
   if (s->scratch_capacity_ > 0) AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(s->scratch_capacity_), &s->scratch_));
+  AOTPACK_RETURN_IF_ERROR(s->alloc_split_workspace());
   const size_t num_flags = std::max<size_t>(executable.plan().steps.size(), 1);
   AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * num_flags, &s->error_flags_));
   void* flags = nullptr;
@@ -233,6 +234,23 @@ Status CudaWorkspace::scratch_at_maxima(const int64_t* maxima, uint64_t* out) co
   return Status();
 }
 
+// The split-K kernels' counts (zeroed here, on the stream every run follows) and partial sums: as many as the
+// kernel that takes most (parse_split bounds them; queue_steps checks each launch against its kernel's).
+Status CudaWorkspace::alloc_split_workspace() {
+  int64_t programs = 0, bytes = 0;
+  for (const CudaKernelInfo& k : executable_->plan().kernels) {
+    programs = std::max(programs, k.split_programs);
+    bytes = std::max(bytes, k.split_programs * k.split_tile_bytes);
+  }
+  if (programs == 0) return Status();
+  const size_t count_bytes = sizeof(int32_t) * static_cast<size_t>(programs);
+  AOTPACK_RETURN_IF_ERROR(alloc(count_bytes, &split_counts_));
+  AOTPACK_RETURN_IF_ERROR(alloc(static_cast<size_t>(bytes), &split_parts_));
+  const Driver& d = *device_->driver;
+  AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(split_counts_, 0, count_bytes, stream_), "clearing the split-K counts");
+  return Status();
+}
+
 // Builds each step's parameter array once, so a run only updates symbol values (and device inputs).
 void CudaWorkspace::prepare_launches() {
   const CudaPlan& plan = executable_->plan();
@@ -253,6 +271,17 @@ void CudaWorkspace::prepare_launches() {
     for (CUdeviceptr& p : l.pointers) l.params.push_back(&p);
     for (int64_t& v : l.symbols) l.params.push_back(&v);
     if (!k.errors.empty()) l.params.push_back(&l.flag);
+    bool splits = false;
+    for (const auto& launch : step_launches(step)) splits = splits || plan.kernels[launch.first].split_programs > 0;
+    if (splits) {
+      l.split_counts = split_counts_;
+      l.split_parts = split_parts_;
+      l.split_params = l.params;
+      l.split_params.push_back(&l.split_counts);
+      l.split_params.push_back(&l.split_parts);
+      l.split_params.push_back(&l.scratch0);
+      l.split_params.push_back(&l.scratch1);
+    }
     l.params.push_back(&l.scratch0);
     l.params.push_back(&l.scratch1);
   }
@@ -483,6 +512,10 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
                               "than the ", scratch_capacity_, " sized at the declared maxima");
       l.scratch0 = scratch_;
     }
+    if (k.split_programs > 0 && static_cast<uint64_t>(gx) * gy * gz > static_cast<uint64_t>(k.split_programs))
+      return internal_error("cuda step ", i, " (kernel ", k.name, "): a split-K launch of ", gx, " x ", gy, " x ", gz,
+                            " programs, more than the ", k.split_programs, " the package sized its workspace for");
+    void** params = k.split_programs > 0 ? l.split_params.data() : l.params.data();
     CUresult r;
     if (f.programmatic && programmatic_) {
       // The kernel may start while the previous one finishes; it waits for it before touching memory. The
@@ -491,9 +524,9 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
       attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attr.value.programmatic_stream_serialization_allowed = 1;
       CUlaunchConfig config{gx, gy, gz, f.threads, 1, 1, f.shared, stream_, &attr, 1};
-      r = d.cuLaunchKernelEx(&config, f.fn, l.params.data(), nullptr);
+      r = d.cuLaunchKernelEx(&config, f.fn, params, nullptr);
     } else {
-      r = d.cuLaunchKernel(f.fn, gx, gy, gz, f.threads, 1, 1, f.shared, stream_, l.params.data(), nullptr);
+      r = d.cuLaunchKernel(f.fn, gx, gy, gz, f.threads, 1, 1, f.shared, stream_, params, nullptr);
     }
     if (r != CUDA_SUCCESS) return check(d, r, str_cat("launching cuda step ", i, " (kernel ", k.name, ")").c_str());
   }

@@ -84,6 +84,7 @@ class CudaWorkspace final : public Workspace {
   Status grow_host_staging(const int64_t* symbols);
   void drop_graphs();
   Status bytes_of(const Buffer& b, const int64_t* symbols, uint64_t* out) const;
+  Status alloc_split_workspace();
   Status scratch_at_maxima(const int64_t* maxima, uint64_t* out) const;
   void prepare_launches();
   Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
@@ -122,17 +123,21 @@ class CudaWorkspace final : public Workspace {
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
   uint64_t scratch_capacity_ = 0;
+  // Split-K products' counts and partial sums, shared by the steps like scratch_ (the counts are zeroed once
+  // here and every launch leaves them zero), sized for the kernel that takes most; 0 when none splits.
+  cuda::CUdeviceptr split_counts_ = 0, split_parts_ = 0;
   int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too
   std::vector<Graph> graph_cache_;              // capacity WorkspaceOptions::graph_cache_size
   uint64_t graph_clock_ = 0;                    // counts runs, for least-recently-used eviction
   // Per step, the launch arguments: buffer pointers, symbol values, flag, and two hidden scratch pointers
   // (Triton 3.3+ global scratch: scratch_ for a kernel that takes it, else null; 3.5+ profile scratch, always
   // null; extra entries are ignored by older cubins).
+  // A step whose kernels include split-K ones has a second array with the split pointers after the flag.
   struct Launch {
     std::vector<cuda::CUdeviceptr> pointers;
     std::vector<int64_t> symbols;
-    cuda::CUdeviceptr flag = 0, scratch0 = 0, scratch1 = 0;
-    std::vector<void*> params;
+    cuda::CUdeviceptr flag = 0, split_counts = 0, split_parts = 0, scratch0 = 0, scratch1 = 0;
+    std::vector<void*> params, split_params;
   };
   std::vector<Launch> launches_;
   // Per program input, the launch pointers that name its buffer: with device I/O, each run writes the
