@@ -116,7 +116,12 @@ def copy_bandwidth() -> float:
 
 def main() -> int:
     import triton_interp
-    from aotpack.lowering.backends.cuda.matmul_config import PERSISTENT_CANDIDATES, SPLIT_KS, SPLIT_TILES, MatmulConfig
+    from aotpack.lowering.backends.cuda.matmul_config import (
+        PERSISTENT_CANDIDATES,
+        SPLIT_KS,
+        SPLIT_TILES,
+        MatmulConfig,
+    )
     from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
     from aotpack.lowering.codegen.library import render_library
     from aotpack.lowering.ir.symbolic import evaluate, size_symbol

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import sympy
 from aotpack.errors import UnsupportedError
 from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig

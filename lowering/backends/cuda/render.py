@@ -13,9 +13,9 @@ is the hash of its source, so a model's repeated layers share one cubin.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
