@@ -85,6 +85,8 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: boo
     fits = fits or [t for t in tiles if t[1] <= max(16, _pow2(n))]  # fewer than 32 columns: 16-wide tiles
     enough = [t for t in fits if _tiles(m, n, t[0], t[1]) >= sms / 2]
     bm, bn, bk, warps, stages = enough[0] if enough else fits[-1]
+    if bm == 16 and not enough and not wide and k >= SPLIT_MIN_DEPTH and _tiles(m, n, *SPLIT_TABLE[:2]) * SPLIT_TABLE[5] <= 2 * sms:
+        return MatmulConfig(*SPLIT_TABLE[:3], 8, *SPLIT_TABLE[3:5], split_k=SPLIT_TABLE[5])
     if bm == 16 and not enough and not wide:
         # H200, scripts/gpu_matmul_bench.py --sweep --rows 1,16 (weights read from DRAM): GPT-2's MLP down
         # (768 x 3072) 9.2 -> 7.1 us at BK 512, its attention output (768 x 768) 3.5 -> 3.4 and the Llama
@@ -101,6 +103,14 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
                    (128, 128, 128, 8, 3), (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (64, 128, 64, 4, 3),
                    (16, 16, 256, 4, 4), (16, 16, 512, 4, 3), (16, 32, 256, 4, 4), (16, 32, 512, 4, 3))
 
+
+# The table's split-K program for few-row products at least SPLIT_MIN_DEPTH deep whose tiles fill less than
+# half the SMs: (BM, BN, BK, warps, stages, SPLIT_K). H200, session 18, `scripts/gpu_matmul_bench.py --split
+# --rows 1,16` (weights read from DRAM): within 1.04x of the fastest of 24 split configurations on GPT-2's,
+# BERT's and the Llama shape's MLP down products (K 3072 and 2816) at 1 and 16 rows, 5.2-6.4 us against the
+# unsplit table's 7.0-8.4; no split was faster at K <= 1024 (GPT-2's qkv, attention output and MLP up, Llama's q).
+SPLIT_TABLE = (16, 32, 128, 4, 4, 4)
+SPLIT_MIN_DEPTH = 2048
 
 # Split-K programs tuning times for products of at most 16 rows whose 16-row tiles leave most SMs idle: a
 # few-row product is bound by the latency of its serial loads of k, so SPLIT_K programs a tile, each loading
