@@ -706,6 +706,19 @@ def test_each_run_launches_the_variant_of_its_bucket(runtime_build, wide_package
         assert any(f"cuLaunchKernel({expected[n]}," in line for line in run), (n, expected[n], run)
 
 
+def with_step_edited(package, key: str, edit, tmp_path):
+    """A copy of `package` whose first CUDA step with `key` went through edit(step, program), and that step's index."""
+    from corrupt_packages import pack, read_entries
+
+    entries = read_entries(package.read_bytes())
+    program = json.loads(entries["program.json"])
+    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if key in s)
+    edit(program["cuda"]["steps"][index], program)
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
+    return bad, index
+
+
 def _grid_past_the_limit(step: dict, program: dict) -> None:
     step["variants"]["buckets"][0]["grid"] = [1, 2**20, 1]
 
@@ -728,16 +741,8 @@ def test_each_bucket_variant_is_checked_like_the_step(runtime_build, wide_packag
     """Every (step, kernel, grid) alternative is checked at load, naming the bucket: a variant's grid past the
     device limit (though the step's own launch is fine), buckets out of order, a variant kernel that takes other
     parameters than the step's."""
-    from corrupt_packages import pack, read_entries
-
-    entries = read_entries(wide_package.read_bytes())
-    program = json.loads(entries["program.json"])
-    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "variants" in s)
-    edit(program["cuda"]["steps"][index], program)
-    bad = tmp_path / "bad.aotpack"
-    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
-    result = subprocess.run([str(runtime_build / "aotpack-run"), str(bad), "--device", "cuda", "--repeat", "0"],
-                            capture_output=True, text=True, timeout=60, check=False, env=fake_env(runtime_build))
+    bad, index = with_step_edited(wide_package, "variants", edit, tmp_path)
+    result = run_tool(runtime_build, [str(bad), "--device", "cuda", "--repeat", "0"])
     assert result.returncode == 1, result.stderr
     assert f"cuda.steps[{index}].variants" in result.stderr and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -982,14 +987,7 @@ def test_a_split_launch_is_checked_at_load(runtime_build, split_package, tmp_pat
     """A split-K kernel where a runtime without split-K would launch it, a "split" entry naming a kernel with no
     workspace, a workspace past what a session allocates, or other parameters than its twin: refused at load
     with one line naming the entry."""
-    from corrupt_packages import pack, read_entries
-
-    entries = read_entries(split_package.read_bytes())
-    program = json.loads(entries["program.json"])
-    index = next(i for i, s in enumerate(program["cuda"]["steps"]) if "split" in s)
-    edit(program["cuda"]["steps"][index], program)
-    bad = tmp_path / "bad.aotpack"
-    bad.write_bytes(pack({**entries, "program.json": (json.dumps(program, indent=1, sort_keys=True) + "\n").encode()}))
+    bad, _ = with_step_edited(split_package, "split", edit, tmp_path)
     result = run_tool(runtime_build, [str(bad), "--device", "cuda", "--repeat", "0"])
     assert result.returncode == 1, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
