@@ -17,8 +17,7 @@ prints one line per measurement. --persistent times only the tiled table's choic
 "table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
 instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
 at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
-next to the table's choice; for more rows, the large tiles whole and with the tiles past their grid's last
-whole wave split (matmul_config.TAIL_TILES x TAIL_SPLITS). Needs a GPU.
+next to the table's choice. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -86,8 +85,8 @@ def rendered_launcher(program, arch: int, prelude: str, config, m: int):
     constexprs = dict(kernel.constexprs)
     split = []  # split-K's counts, zero (every launch leaves them so), and workspace, as the runtime passes them
     if kernel.split_programs:
-        split = [torch.zeros(kernel.split_partials, dtype=torch.int32, device="cuda"),
-                 torch.empty(kernel.split_partials * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
+        split = [torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
+                 torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
     return lambda x, w, out: fn[blocks](x, w, out, m, *split, **constexprs, num_warps=kernel.num_warps,
                                         num_stages=kernel.num_stages)
 
@@ -121,8 +120,6 @@ def main() -> int:
         PERSISTENT_CANDIDATES,
         SPLIT_KS,
         SPLIT_TILES,
-        TAIL_SPLITS,
-        TAIL_TILES,
         MatmulConfig,
     )
     from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
@@ -133,7 +130,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--persistent", action="store_true", help="the table's choice and the persistent programs")
-    parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs")
+    parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs (M <= 16)")
     parser.add_argument("--rows", default=None, help="comma-separated row counts instead of the default set")
     parser.add_argument("--shapes", default=None, help="comma-separated names of SHAPES (and square_4096)")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -222,10 +219,6 @@ def main() -> int:
             persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
                                    for bm, bn, bk, warps, stages in SPLIT_TILES for splits in (1, *SPLIT_KS)
                                    if k >= splits * bk]
-        elif args.split:  # the large tiles whole and with their last partial wave split
-            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
-                                   for bm, bn, bk, warps, stages in TAIL_TILES for splits in (1, *TAIL_SPLITS)
-                                   if k >= 2 * splits * bk and bm <= max(16, triton.next_power_of_2(m))]
         for config in persistent_configs:
             label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
                      *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent

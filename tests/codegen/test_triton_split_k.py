@@ -1,8 +1,7 @@
-"""Split-K matrix products (MatmulConfig.split_k, templates/triton/matmul.py.jinja): the tiles past the grid's
-last whole wave (all of them in a grid under a wave) take SPLIT_K programs each, each summing a slice of the
-depth, and the last of them to arrive adds the partial sums in slice order and finishes the tile. What the
-renderer records for the runtime, and the products with their epilogues in Triton's interpreter, under a wave
-and in whole waves with a split tail, slices of unequal depth and an empty one among them."""
+"""Split-K matrix products (MatmulConfig.split_k, templates/triton/matmul.py.jinja): SPLIT_K programs per output
+tile each sum a slice of the depth, and the last of them to arrive adds the partial sums in slice order and
+finishes the tile. What the renderer records for the runtime, and the products with their epilogues in
+Triton's interpreter, slices of unequal depth and an empty one among them."""
 
 from __future__ import annotations
 
@@ -27,21 +26,15 @@ def forced(program, config, monkeypatch):
     return render_library(render.TritonRenderer(program, 90))
 
 
-def test_a_split_product_slices_the_tiles_past_its_last_whole_wave(monkeypatch):
+def test_a_split_product_launches_its_slices_on_the_third_grid_axis(monkeypatch):
     library = forced(product(n=768, k=3072), MatmulConfig(16, 16, 256, 8, 4, 4, split_k=4), monkeypatch)
     kernel = library.kernels[0]
-    assert dict(kernel.constexprs)["SPLIT_K"] == 4 and dict(kernel.constexprs)["WAVE"] == 132  # sm_90's SMs
-    assert [name for name, _ in kernel.signature[-8:-6]] == ["split_count", "split_part"]  # before the constexprs
-    grid = library.step_launches[0]
-    assert [g.subs(ROWS, 16) for g in grid] == [48 * 4, 1, 1]  # 1 x 48 tiles, under a wave: 4 slices each
-    # 16 x 48 = 768 tiles: 5 whole waves and 108 tiles past them, 4 slices each
-    assert [g.subs(ROWS, 256) for g in grid] == [768 + 3 * 108, 1, 1]
-    assert grid[0].subs(ROWS, 16 * 132) == 48 * 132  # 48 whole waves
-    # sized for the product's most rows (4096, 256 x 48 tiles): the tiles and 3 more programs for each of at most
-    # 131 tail tiles; 132 slots of partial sums, 4 slices each, a 16 x 16 float32 tile each
-    assert (kernel.split_programs, kernel.split_partials, kernel.split_tile_bytes) == (
-        256 * 48 + 3 * 131, 132 * 4, 16 * 16 * 4)
-    assert "tl.atomic_add(split_count + slot, 1, sem=\"acq_rel\", scope=\"gpu\")" in kernel.source
+    assert dict(kernel.constexprs)["SPLIT_K"] == 4
+    assert [name for name, _ in kernel.signature[-7:-5]] == ["split_count", "split_part"]  # before the constexprs
+    assert [g.subs(ROWS, 16) for g in library.step_launches[0]] == [48, 1, 4]  # 1 x 48 tiles, 4 slices each
+    # sized for the product's most rows (4096): 256 x 48 tiles x 4 slices, a 16 x 16 float32 tile each
+    assert (kernel.split_programs, kernel.split_tile_bytes) == (256 * 48 * 4, 16 * 16 * 4)
+    assert "tl.atomic_add(split_count + tile, 1, sem=\"acq_rel\", scope=\"gpu\")" in kernel.source
     plain = forced(product(n=768, k=3072), MatmulConfig(16, 16, 256, 8, 4, 4), monkeypatch).kernels[0]
     assert plain.split_programs == 0 and "split_count" not in plain.source and "SPLIT_K" not in dict(plain.constexprs)
     with pytest.raises(UnsupportedError, match="split-K 2 needs a tiled product"):
@@ -77,23 +70,17 @@ spec = ModelSpec(Path("block.py"), model, (torch.randn(1, 5, 72, dtype=torch.flo
 plan = resolve_symbols(spec)
 program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
 report = {}
-# depth 72 in steps of 16: slices 48 + 24; 32 + 32 + 8; 32 + 32 + 8 + an empty one. Waves of 4 programs: at 40
-# rows the 3 x 3 tiles of `up` are 2 whole waves and a split tile, the 3 x 5 of `down` 3 waves and 3 split tiles
-# (17 rows: 2 x 3 and 2 x 5 tiles; one row: under a wave, every tile split); else sm_90's 132 SMs: all split.
-for split, wave in ((2, None), (3, None), (4, None), (2, 4), (3, 4)):
+for split in (2, 3, 4):  # depth 72 in steps of 16: slices 48 + 24; 32 + 32 + 8; 32 + 32 + 8 + an empty one
     config = MatmulConfig(16, 16, 16, 8, 4, 3, split_k=split)
     render.matmul_config = lambda *args, **kwargs: config
-    if wave:
-        render.sm_count = lambda *args, **kwargs: wave
     library = render_library(render.TritonRenderer(program, 90))
-    assert all(dict(k.constexprs)["WAVE"] == (wave or 132) for k in library.kernels if k.split_programs)
     for seq in (1, 17, 40):
         x = torch.randn(1, seq, 72, dtype=torch.float16)
         state = {}
         got, errors = run_program(program, library, [x], state=state)
         want = model.float()(x.float())
         model.half()
-        report[f"{split} {wave} {seq}"] = {
+        report[f"{split} {seq}"] = {
             "split": sum(k.split_programs > 0 for k in library.kernels), "errors": errors,
             "rel": float((got[0].float() - want).abs().max() / want.abs().max()),
             "counts_left": int(sum(int(c.abs().sum()) for c in state["split_counts"]))}
@@ -108,7 +95,7 @@ def test_split_products_compute_the_model_in_the_triton_interpreter():
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(report) == 15, report
+    assert len(report) == 9, report
     for point, run in report.items():
         # both products split; each tile's last program left its count at zero for the next launch
         assert run["split"] == 2 and not run["errors"] and run["counts_left"] == 0, (point, run)

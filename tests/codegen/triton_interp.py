@@ -133,9 +133,9 @@ def run_program(program: Program, library: RenderedLibrary, inputs: list[torch.T
         if kernel.errors:
             flag = torch.zeros(1, dtype=torch.int32, device=device)
             call.append(flag)
-        if kernel.split_programs:  # split-K: a zero count per partial-sum slot and its workspace, as the runtime passes
-            counts = torch.zeros(kernel.split_partials, dtype=torch.int32, device=device)
-            call += [counts, torch.full((kernel.split_partials * kernel.split_tile_bytes // 4,), float("nan"),
+        if kernel.split_programs:  # split-K: a zero count per program and its workspace, as the runtime passes
+            counts = torch.zeros(kernel.split_programs, dtype=torch.int32, device=device)
+            call += [counts, torch.full((kernel.split_programs * kernel.split_tile_bytes // 4,), float("nan"),
                                         dtype=torch.float32, device=device)]
             if state is not None:
                 state.setdefault("split_counts", []).append(counts)

@@ -943,19 +943,18 @@ def test_a_split_product_is_launched_with_its_workspace_and_its_twin_named_for_o
     kernels = {k["name"]: k for k in cuda["kernels"]}
     step = next(s for s in cuda["steps"] if "split" in s)
     split, twin = kernels[step["split"]["kernel"]], kernels[step["kernel"]]
-    # one 16 x 16 tile of the 4 columns at 16 rows, under a wave, so 2 slices: programs, partial sums and float32
-    # tile bytes for its workspace
-    assert split["split"] == {"programs": 2, "partials": 2, "tile_bytes": 16 * 16 * 4} and "split" not in twin
-    assert split["config"]["SPLIT_K"] == 2 and step["split"]["grid"][1:] == [1, 1] and step["grid"][2] == 1
+    # one 16 x 16 tile of the 4 columns at 16 rows, 2 slices: programs and float32 tile bytes for its workspace
+    assert split["split"] == {"programs": 2, "tile_bytes": 16 * 16 * 4} and "split" not in twin
+    assert split["config"]["SPLIT_K"] == 2 and step["split"]["grid"][2] == 2 and step["grid"][2] == 1
     trace = tmp_path / "trace.txt"
     result = run_tool(runtime_build, [str(split_package), "--device", "cuda", "--repeat", "3", "--no-cuda-graphs"],
                       FAKE_CUDA_TRACE=str(trace))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = trace.read_text().splitlines()
     launches = [line for line in lines if line.startswith("cuLaunchKernel(") and step["split"]["kernel"] in line]
-    assert len(launches) >= 3 and all(", grid 2 1 1," in line for line in launches), launches
+    assert len(launches) >= 3 and all(", grid 1 1 2," in line for line in launches), launches
     assert not any(line.startswith("cuLaunchKernel(") and step["kernel"] + "," in line for line in lines)
-    # the counts (an int32 per partial sum) are cleared once, when the session is made: before the stream's first run
+    # the counts (an int32 per program) are cleared once, when the session is made: before the stream's first run
     # (which starts by clearing the error flags, another allocation)
     memsets = [line for line in lines if line.startswith("cuMemsetD8Async(")]
     made, flags = memsets[0].split(",")[0], memsets[1].split(",")[0]
@@ -974,10 +973,6 @@ def _split_workspace_past_the_limit(step: dict, program: dict) -> None:
     next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["split"]["tile_bytes"] = 2**30
 
 
-def _split_partials_past_its_programs(step: dict, program: dict) -> None:
-    next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["split"]["partials"] = 3
-
-
 def _split_with_other_parameters(step: dict, program: dict) -> None:
     next(k for k in program["cuda"]["kernels"] if k["name"] == step["split"]["kernel"])["symbols"] = []
 
@@ -985,13 +980,12 @@ def _split_with_other_parameters(step: dict, program: dict) -> None:
 @pytest.mark.parametrize("edit, message", [
     (_split_kernel_named_as_the_step_kernel, "is a split-K kernel, which only a \"split\" entry may launch"),
     (_split_without_workspace, "takes no split-K workspace"),
-    (_split_workspace_past_the_limit, "split.tile_bytes: expected a multiple of 4 with partials x tile_bytes at most"),
-    (_split_partials_past_its_programs, "split.partials: expected 1..2 (programs)"),
+    (_split_workspace_past_the_limit, "split.tile_bytes: expected a multiple of 4 with programs x tile_bytes at most"),
     (_split_with_other_parameters, "takes other parameters than"),
-], ids=["as-step-kernel", "no-workspace", "workspace-size", "partials", "parameters"])
+], ids=["as-step-kernel", "no-workspace", "workspace-size", "parameters"])
 def test_a_split_launch_is_checked_at_load(runtime_build, split_package, tmp_path, edit, message):
     """A split-K kernel where a runtime without split-K would launch it, a "split" entry naming a kernel with no
-    workspace, a workspace past what a session allocates, more partial sums than programs, or other parameters than its twin: refused at load
+    workspace, a workspace past what a session allocates, or other parameters than its twin: refused at load
     with one line naming the entry."""
     bad, _ = with_step_edited(split_package, "split", edit, tmp_path)
     result = run_tool(runtime_build, [str(bad), "--device", "cuda", "--repeat", "0"])

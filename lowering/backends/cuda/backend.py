@@ -52,8 +52,7 @@ class CudaBackend(Backend):
                                     **({"persistent_tma": True} if k.persistent else {}),
                                     **({"early_launch": True} if k.early_launch else {}),
                                     **({"l2_prefetch": True} if k.l2_prefetch else {})},
-                         **({"split": {"programs": k.split_programs, "partials": k.split_partials,
-                                       "tile_bytes": k.split_tile_bytes}}
+                         **({"split": {"programs": k.split_programs, "tile_bytes": k.split_tile_bytes}}
                             if k.split_programs else {})}
                         for k in library.kernels],
             "steps": steps,

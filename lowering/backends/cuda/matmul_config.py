@@ -41,22 +41,13 @@ class MatmulConfig:
     # warp_specialize, Triton splits each program into producer (loads) and consumer (tensor core) warps
     persistent: bool = False
     warp_specialize: bool = False
-    # split-K: the tiles past the grid's last whole wave (a tile for every SM; all of them in a grid of fewer
-    # tiles: few rows) take SPLIT_K programs each, each summing one slice of the depth; the last of them to
-    # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja).
-    # In a grid of a few waves and a short last one, that wave's work is spread over the SMs instead of leaving
-    # most of them idle. A wave counts SMs, not the programs resident at once: two programs sharing an SM share
-    # its tensor cores, so whole waves give every SM the same work.
+    # split-K: SPLIT_K programs per output tile, each summing one slice of the depth; the last of them to
+    # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja)
     split_k: int = 1
 
 
 def _pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def sm_count(arch: int | None) -> int:
-    """The architecture's SMs (the smallest listed for an unknown one or none): the grid target, and split-K's wave."""
-    return SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
 
 
 def _tiles(m: int, n: int, bm: int, bn: int) -> int:
@@ -86,7 +77,7 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: boo
     if persistent is not None:
         bm, bn, bk, warps, stages = persistent
         return MatmulConfig(bm, bn, min(bk, _pow2(k)), 8, warps, stages, persistent=True)
-    sms = sm_count(arch)
+    sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
     # no taller or wider than the product (rounded up to a power of two, at least tl.dot's 16); 16-row tiles
     # exactly when there are at most 16 rows
     tiles = WIDE_TILES if wide else HALF_TILES
@@ -131,27 +122,11 @@ SPLIT_KS = (2, 4, 8)
 def split_candidates(m: int, n: int, k: int, arch: int | None) -> list[MatmulConfig]:
     """Split-K programs for a product of at most 16 rows whose unsplit tiles fill less than a wave, with at
     most two waves of programs split and at least a BK step a slice."""
-    sms = sm_count(arch)
+    sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
     return [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
             for bm, bn, bk, warps, stages in SPLIT_TILES for splits in SPLIT_KS
             if m <= 16 and _tiles(m, n, bm, bn) < sms and _tiles(m, n, bm, bn) * splits <= 2 * sms
             and k >= splits * bk]
-
-
-# Split tails tuning times for products of more than 16 rows: the large tiles whose grid's last wave is at most
-# half full (GPT-2's 2304 x 768 qkv product at 2048 rows: 288 128 x 128 tiles, two of every SM's and 24), each
-# with the tiles past the last whole wave in TAIL_SPLITS slices of at least two BK steps.
-TAIL_TILES = ((128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4))
-TAIL_SPLITS = (2, 4)
-
-
-def tail_split_candidates(m: int, n: int, k: int, arch: int | None) -> list[MatmulConfig]:
-    """Split-tail programs for a product of more than 16 rows (at most m) whose grid at m rows ends in a wave
-    at most half full."""
-    configs = [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
-               for bm, bn, bk, warps, stages in TAIL_TILES for splits in TAIL_SPLITS
-               if 16 < m and bm <= _pow2(m) and bn <= max(16, _pow2(n)) and k >= 2 * splits * bk]
-    return [c for c in configs if 0 < _tiles(m, n, c.bm, c.bn) % sm_count(arch) <= sm_count(arch) // 2]
 
 
 # The table's persistent programs (sm_90+): up to 2048 rows, then above. H200, Triton 3.6,
@@ -209,7 +184,7 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
                       store_bytes: int = 4) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
-    table), split-K programs (split_candidates for at most 16 rows, tail_split_candidates above), then, where `tma` (the renderer's
+    table), split-K programs of those at most 16 rows (split_candidates), then, where `tma` (the renderer's
     word that every target is sm_90+ and TMA can read both operands), persistent TMA programs. float32 and
     float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
@@ -218,7 +193,7 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
     fits = [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages)
             for bm, bn, bk, warps, stages in HALF_CANDIDATES
             if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n)) and (bm == 16) == (m <= 16)]
-    fits += split_candidates(m, n, k, arch) + tail_split_candidates(m, n, k, arch)
+    fits += split_candidates(m, n, k, arch)
     if tma and m >= TMA_MIN_ROWS:
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
                  for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]

@@ -50,7 +50,7 @@ from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
 from ...ir.scalar import Load
 from ...ir.symbolic import contiguous_strides, index_var, product
 from .attention_config import AttentionConfig, attention_candidates, attention_config
-from .matmul_config import MatmulConfig, matmul_candidates, matmul_config, sm_count
+from .matmul_config import SM_COUNT, MatmulConfig, matmul_candidates, matmul_config
 from .spelling import COMPUTE_TL, POINTER_TYPE, TL_TYPE, body_writer, to_triton
 
 if TYPE_CHECKING:
@@ -78,12 +78,10 @@ class TritonKernel(RenderedKernel):
     persistent: bool = False  # a persistent matrix product reading through TMA descriptors (global scratch)
     early_launch: bool = False  # after its wait, lets its successor launch (EARLY_LAUNCH_ROWS)
     l2_prefetch: bool = False  # fetches its weight into L2 before its wait (TritonRenderer._weight_prefetch)
-    # split-K (MatmulConfig.split_k): the most programs a launch of it has, the most partial-sum tiles it
-    # writes (slots of its tail tiles times their slices) and the bytes of each. The runtime passes it, after
-    # the error flag, split_partials counters (zero at every launch: a tile's last program resets its own) and
-    # split_partials * split_tile_bytes of workspace.
+    # split-K (MatmulConfig.split_k): the most programs a launch of it has, and the bytes of the partial sums
+    # each writes. The runtime passes it a counter per program (zero at every launch: the last program of a
+    # tile resets its own) and split_programs * split_tile_bytes of workspace, after the error flag.
     split_programs: int = 0
-    split_partials: int = 0
     split_tile_bytes: int = 0
     # A split kernel's unsplit twin and its grid: what the package names as the step's kernel, so that a runtime
     # that does not know split-K launches it (docs/package-format.md, "split").
@@ -218,8 +216,7 @@ class TritonRenderer(KernelRenderer):
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
             errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")),
             early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body,
-            split_programs=meta.get("split_programs", 0), split_partials=meta.get("split_partials", 0),
-            split_tile_bytes=meta.get("split_tile_bytes", 0),
+            split_programs=meta.get("split_programs", 0), split_tile_bytes=meta.get("split_tile_bytes", 0),
             fallback=meta.get("fallback"))
         return rendered, meta["grid"]
 
@@ -450,18 +447,13 @@ class TritonRenderer(KernelRenderer):
         split = self._split(k, config)
         if split:
             constexprs["SPLIT_K"] = config.split_k
-            constexprs["WAVE"] = sm_count(self.arch)
         operands["split_k"] = split
         operands["prefetch"] = self._weight_prefetch(k, config)
         if operands["prefetch"]:
             constexprs["PF_ROWS"] = operands["prefetch"]["rows"]
         operands["pdl_lines"] = _grid_dependency_lines(self._launches_early(k)) if self.pdl else []
         template = "matmul.py.jinja"
-        tiles = _cdiv(k.m, bm) * _cdiv(k.n, bn)
-        grid = (tiles, k.batch, sympy.Integer(1))
-        if split:  # the tiles past the last whole wave take split_k programs each
-            grid = (tiles + (config.split_k - 1) * tf.PythonMod(tiles, sympy.Integer(constexprs["WAVE"])),
-                    k.batch, sympy.Integer(1))
+        grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(config.split_k))
         if config.persistent:
             if rows_n is None:
                 raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
@@ -471,20 +463,14 @@ class TritonRenderer(KernelRenderer):
             template = "matmul_persistent.py.jinja"
             # a program per SM of the architecture configurations are chosen for: on a GPU of fewer SMs some
             # take one tile more (correct, a little unbalanced)
-            grid = (sympy.Min(grid[0], sm_count(self.arch)), sympy.Integer(1),
+            grid = (sympy.Min(grid[0], SM_COUNT.get(self.arch, min(SM_COUNT.values()))), sympy.Integer(1),
                     sympy.Integer(1))
         params = self._params(k, exprs, bool(checks), constexprs, split)
         compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
         split_meta = {}
-        if split:
-            # the bucket's largest launch bounds its programs (the runtime checks each launch against it): at most
-            # every tile, and split_k - 1 more for each of at most WAVE - 1 tail tiles. Under WAVE tail tiles a
-            # batch, whose slots index the partial sums and counts.
-            wave, batches = constexprs["WAVE"], self.max(k.batch)
-            most_tiles = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn)
-            programs = (most_tiles + (config.split_k - 1) * min(most_tiles, wave - 1)) * batches
-            partials = ((batches - 1) * wave + min(most_tiles, wave)) * config.split_k
-            split_meta = {"split_programs": programs, "split_partials": partials, "split_tile_bytes": bm * bn * 4,
+        if split:  # sized for the bucket's largest launch, which the runtime checks each launch against
+            programs = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn) * self.max(k.batch) * config.split_k
+            split_meta = {"split_programs": programs, "split_tile_bytes": bm * bn * 4,
                           "fallback": self.render_with(k, dataclasses.replace(config, split_k=1))}
         return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),

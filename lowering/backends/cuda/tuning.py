@@ -236,8 +236,8 @@ class Timer:
         if kernel.errors:
             args.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
         if kernel.split_programs:  # split-K's counts (each launch leaves them zero) and workspace
-            args += [torch.zeros(kernel.split_partials, dtype=torch.int32, device="cuda"),
-                     torch.empty(kernel.split_partials * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
+            args += [torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
+                     torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
         args += [v for _, v in kernel.constexprs]
         blocks = tuple(evaluate(g, values) for g in grid)
         if min(blocks) <= 0:

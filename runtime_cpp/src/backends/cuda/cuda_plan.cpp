@@ -106,8 +106,7 @@ Status parse_variants(const JsonReader& r, const CudaPlan& plan, const Program& 
   return Status();
 }
 
-// A split-K kernel's "split": {"programs": P, "partials": Q, "tile_bytes": T}, within what a session allocates
-// for it. "partials" is optional (packages before it indexed a slot per program): P.
+// A split-K kernel's "split": {"programs": P, "tile_bytes": T}, within what a session allocates for it.
 Status parse_split(const json::Value& kernel, const JsonReader& r, const std::string& path, CudaKernelInfo* k) {
   const json::Value* split = kernel.find("split");
   if (!split) return Status();
@@ -118,15 +117,9 @@ Status parse_split(const json::Value& kernel, const JsonReader& r, const std::st
   constexpr int64_t kMaxPrograms = int64_t{1} << 24, kMaxBytes = int64_t{1} << 30;
   if (k->split_programs < 1 || k->split_programs > kMaxPrograms)
     return r.error(JsonReader::join(spath, "programs"), str_cat("expected 1..", kMaxPrograms));
-  k->split_partials = k->split_programs;
-  if (split->find("partials")) {
-    AOTPACK_RETURN_IF_ERROR(r.int_field(*split, spath, "partials", &k->split_partials));
-    if (k->split_partials < 1 || k->split_partials > k->split_programs)
-      return r.error(JsonReader::join(spath, "partials"), str_cat("expected 1..", k->split_programs, " (programs)"));
-  }
-  if (k->split_tile_bytes < 4 || k->split_tile_bytes % 4 != 0 || k->split_tile_bytes > kMaxBytes / k->split_partials)
+  if (k->split_tile_bytes < 4 || k->split_tile_bytes % 4 != 0 || k->split_tile_bytes > kMaxBytes / k->split_programs)
     return r.error(JsonReader::join(spath, "tile_bytes"),
-                   str_cat("expected a multiple of 4 with partials x tile_bytes at most ", kMaxBytes));
+                   str_cat("expected a multiple of 4 with programs x tile_bytes at most ", kMaxBytes));
   return Status();
 }
 

@@ -22,11 +22,10 @@ struct CudaKernelInfo {
   std::string name;
   std::vector<size_t> symbols;      // program symbols passed after the buffers, in order
   std::vector<std::string> errors;  // message of error-flag value i + 1; empty: the kernel takes no flag
-  // Split-K products (docs/package-format.md): after the flag the kernel takes split_partials counts, zero at
-  // every launch (each tile's last program resets its own), and split_tile_bytes of workspace for each of
-  // split_partials partial sums; split_programs bounds its launches' programs. 0: it takes neither.
+  // Split-K products (docs/package-format.md): after the flag the kernel takes a count per program, zero at
+  // every launch (each tile's last program resets its own), and split_tile_bytes of workspace per program;
+  // split_programs bounds its launches' programs. 0: it takes neither.
   int64_t split_programs = 0;
-  int64_t split_partials = 0;
   int64_t split_tile_bytes = 0;
 };
 

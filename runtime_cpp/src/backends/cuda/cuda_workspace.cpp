@@ -237,13 +237,13 @@ Status CudaWorkspace::scratch_at_maxima(const int64_t* maxima, uint64_t* out) co
 // The split-K kernels' counts (zeroed here, on the stream every run follows) and partial sums: as many as the
 // kernel that takes most (parse_split bounds them; queue_steps checks each launch against its kernel's).
 Status CudaWorkspace::alloc_split_workspace() {
-  int64_t partials = 0, bytes = 0;
+  int64_t programs = 0, bytes = 0;
   for (const CudaKernelInfo& k : executable_->plan().kernels) {
-    partials = std::max(partials, k.split_partials);
-    bytes = std::max(bytes, k.split_partials * k.split_tile_bytes);
+    programs = std::max(programs, k.split_programs);
+    bytes = std::max(bytes, k.split_programs * k.split_tile_bytes);
   }
-  if (partials == 0) return Status();
-  const size_t count_bytes = sizeof(int32_t) * static_cast<size_t>(partials);
+  if (programs == 0) return Status();
+  const size_t count_bytes = sizeof(int32_t) * static_cast<size_t>(programs);
   AOTPACK_RETURN_IF_ERROR(alloc(count_bytes, &split_counts_));
   AOTPACK_RETURN_IF_ERROR(alloc(static_cast<size_t>(bytes), &split_parts_));
   const Driver& d = *device_->driver;
