@@ -17,7 +17,8 @@ prints one line per measurement. --persistent times only the tiled table's choic
 "table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
 instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
 at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
-next to the table's choice. Needs a GPU.
+next to the table's choice; for more rows, the large tiles whole and split (matmul_config.SPLIT_ROW_TILES and
+128 x 128 and 128 x 256, x SPLIT_ROW_KS). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def main() -> int:
     from aotpack.lowering.backends.cuda.matmul_config import (
         PERSISTENT_CANDIDATES,
         SPLIT_KS,
+        SPLIT_ROW_KS,
+        SPLIT_ROW_TILES,
         SPLIT_TILES,
         MatmulConfig,
     )
@@ -130,7 +133,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--persistent", action="store_true", help="the table's choice and the persistent programs")
-    parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs (M <= 16)")
+    parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs")
     parser.add_argument("--rows", default=None, help="comma-separated row counts instead of the default set")
     parser.add_argument("--shapes", default=None, help="comma-separated names of SHAPES (and square_4096)")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -219,6 +222,12 @@ def main() -> int:
             persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
                                    for bm, bn, bk, warps, stages in SPLIT_TILES for splits in (1, *SPLIT_KS)
                                    if k >= splits * bk]
+        elif args.split:  # 64-row tiles and the large ones, whole and split
+            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
+                                   for bm, bn, bk, warps, stages in (*SPLIT_ROW_TILES, (128, 128, 64, 8, 3),
+                                                                     (128, 256, 64, 8, 3))
+                                   for splits in (1, *SPLIT_ROW_KS)
+                                   if k >= 2 * splits * bk and bm <= max(16, triton.next_power_of_2(m))]
         for config in persistent_configs:
             label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
                      *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent

@@ -1,8 +1,9 @@
-"""Split-K products on a GPU (MatmulConfig.split_k): every product of at most 16 rows forced to split its depth
-in 4, exported through aotpack.export (verification on, so the export itself checks it against eager on the
-GPU over the range), then run through the C++ runtime: with CUDA graphs bit-identical to graph-off runs and to
-itself run after run (the partial sums meet in a fixed order whichever program arrives last), at many row
-counts, and right against eager. Tuning chooses split-K by timing; this forces it so that it always runs."""
+"""Split-K products on a GPU (MatmulConfig.split_k): every product forced to split its depth, in 4 with 16-row
+tiles up to 16 rows and in 2 with 64 x 128 tiles above, exported through aotpack.export (verification on, so the
+export itself checks it against eager on the GPU over the range), then run through the C++ runtime: with CUDA
+graphs bit-identical to graph-off runs and to itself run after run (the partial sums meet in a fixed order
+whichever program arrives last), at many row counts (up to 768 tiles, several programs an SM), and right
+against eager. Tuning chooses split-K by timing; this forces it so that it always runs."""
 
 from __future__ import annotations
 
@@ -36,17 +37,16 @@ def split(tmp_path_factory, cuda_arch):
     from aotpack.lowering.backends.cuda import render
     from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 
-    table = render.matmul_config
-
-    def few_rows_split(m, n, k, *args, **kwargs):
-        return MatmulConfig(16, 32, 128, 8, 4, 4, split_k=4) if m <= 16 else table(m, n, k, *args, **kwargs)
+    def split_everywhere(m, n, k, *args, **kwargs):
+        # 64 x 128 tiles from 17 rows: at 2048 rows, 768 tiles of `up` and 192 of `down`, 2 programs each
+        return MatmulConfig(16, 32, 128, 8, 4, 4, split_k=4) if m <= 16 else MatmulConfig(64, 128, 64, 8, 4, 4, split_k=2)
 
     torch.manual_seed(0)
     model = Mlp().to(torch.bfloat16).eval()
     spec = ModelSpec(HERE, model, (torch.randn(5, 768, dtype=torch.bfloat16),), ("x",), {"x": {0: "n"}},
-                     {"n": (1, 200)})
+                     {"n": (1, 2048)})
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(render, "matmul_config", few_rows_split)
+        patch.setattr(render, "matmul_config", split_everywhere)
         # untuned: tuning would time the candidates and might not choose split-K
         result = aotpack.export(model, spec.example_inputs, tmp_path_factory.mktemp("split") / "mlp.aotpack",
                                 dynamic_shapes=dict(spec.dynamic_axes), ranges=dict(spec.dynamic_ranges), target="cuda",
@@ -54,12 +54,14 @@ def split(tmp_path_factory, cuda_arch):
     return model, result
 
 
-def test_the_package_splits_its_few_row_buckets_and_verified_them_on_this_gpu(split):
+def test_the_package_splits_every_bucket_and_verified_them_on_this_gpu(split):
     _, result = split
     with zipfile.ZipFile(result.path) as z:
         cuda = json.loads(z.read("program.json"))["cuda"]
-    buckets = [b for s in cuda["steps"] for b in s.get("variants", {}).get("buckets", [])]
-    assert sum("split" in b and b["upto"] == 16 for b in buckets) == 2, buckets
+    # each product's launches: its bucket variants, and the step's own launch for the last bucket
+    launches = [e for s in cuda["steps"] if "variants" in s for e in (s, *s["variants"]["buckets"])]
+    assert len(launches) >= 6 and all("split" in e for e in launches), launches
+    assert {b["upto"] for b in launches if "upto" in b} >= {16, 128}, launches
     record = result.verification  # the export ran the package on this GPU, the split buckets among its points
     assert record["passed"] and not record["not_verified"], record
     assert {p["device"] for p in record["points"]} == {"cuda"} and all(p["passed"] for p in record["points"]), record
@@ -72,7 +74,7 @@ def test_split_products_replay_bit_identically_and_match_eager(split, rt):
     graphs = loaded.session(device="cuda", io="device")
     direct = loaded.session(device="cuda", io="device", cuda_graphs=False)
     host = loaded.session(device="cuda")
-    shapes = [1, 2, 3, 7, 8, 15, 16, 17, 64, 200, 1, 16, 5, 16]
+    shapes = [1, 2, 3, 7, 8, 15, 16, 17, 64, 200, 1, 16, 5, 16, 1100, 2048, 1056, 129, 2048]
     for k, n in enumerate(shapes):
         x = torch.randn(n, 768, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
         dev = x.cuda()

@@ -87,6 +87,9 @@ def matmul_config(m: int, n: int, k: int, dtype: str, arch: int | None, tma: boo
     bm, bn, bk, warps, stages = enough[0] if enough else fits[-1]
     if bm == 16 and not enough and not wide and k >= SPLIT_MIN_DEPTH and _tiles(m, n, *SPLIT_TABLE[:2]) * SPLIT_TABLE[5] <= 2 * sms:
         return MatmulConfig(*SPLIT_TABLE[:3], 8, *SPLIT_TABLE[3:5], split_k=SPLIT_TABLE[5])
+    if (SPLIT_ROWS_TABLE_MIN < m and not wide and k >= SPLIT_MIN_DEPTH
+            and _tiles(m, n, *SPLIT_ROWS_TABLE[:2]) * SPLIT_ROWS_TABLE[5] <= sms):
+        return MatmulConfig(*SPLIT_ROWS_TABLE[:3], 8, *SPLIT_ROWS_TABLE[3:5], split_k=SPLIT_ROWS_TABLE[5])
     if bm == 16 and not enough and not wide:
         # H200, scripts/gpu_matmul_bench.py --sweep --rows 1,16 (weights read from DRAM): GPT-2's MLP down
         # (768 x 3072) 9.2 -> 7.1 us at BK 512, its attention output (768 x 768) 3.5 -> 3.4 and the Llama
@@ -111,21 +114,36 @@ HALF_CANDIDATES = (*HALF_TILES, (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128
 # unsplit table's 7.0-8.4; no split was faster at K <= 1024 (GPT-2's qkv, attention output and MLP up, Llama's q).
 SPLIT_TABLE = (16, 32, 128, 4, 4, 4)
 SPLIT_MIN_DEPTH = 2048
+# The same for products of more than SPLIT_ROWS_TABLE_MIN rows whose 64 x 128 tiles, split, still fill at most
+# a wave. H200, session 19 run E (`scripts/gpu_matmul_bench.py --split --rows 512`): GPT-2's, BERT's and the
+# Llama shape's MLP down products at 512 rows 11.8-12.3 us split in 2, against the unsplit table's 64 x 64
+# tiles' 13.4-14.0 and the same tiles unsplit 14.5-15.4; 128 x 128 tiles split in 4, 15.2-15.6.
+SPLIT_ROWS_TABLE = (64, 128, 64, 4, 4, 2)
+SPLIT_ROWS_TABLE_MIN = 128
 
 # Split-K programs tuning times for products of at most 16 rows whose 16-row tiles leave most SMs idle: a
 # few-row product is bound by the latency of its serial loads of k, so SPLIT_K programs a tile, each loading
 # a slice, finish sooner. (BM, BN, BK, warps, stages), times each of SPLIT_KS slices.
 SPLIT_TILES = ((16, 16, 128, 4, 4), (16, 32, 128, 4, 4), (16, 16, 256, 4, 4), (16, 32, 256, 4, 4))
 SPLIT_KS = (2, 4, 8)
+# And for more rows, products at least SPLIT_MIN_DEPTH deep whose tiles fill less than a wave: 64-row tiles,
+# whose accumulator leaves the registers to add the partial sums in (H200, session 19 run E: 128 x 128 and
+# 128 x 256 tiles split were 1.2-2.4x slower than whole at 512-4096 rows; 64 x 128 in 2 the fastest at 512
+# rows of the three MLP down products, 9-12% under the table; at K = 768 and 1024 no split gained).
+SPLIT_ROW_TILES = ((64, 128, 64, 4, 4), (64, 64, 64, 4, 4))
+SPLIT_ROW_KS = (2, 4)
 
 
 def split_candidates(m: int, n: int, k: int, arch: int | None) -> list[MatmulConfig]:
-    """Split-K programs for a product of at most 16 rows whose unsplit tiles fill less than a wave, with at
-    most two waves of programs split and at least a BK step a slice."""
+    """Split-K programs for a product whose unsplit tiles fill less than a wave, with at most two waves of
+    programs split and at least a BK step a slice: 16-row tiles up to 16 rows, 64-row tiles above for products
+    at least SPLIT_MIN_DEPTH deep."""
     sms = SM_COUNT.get(arch, min(SM_COUNT.values())) if arch is not None else min(SM_COUNT.values())
+    tiles, ks = (SPLIT_TILES, SPLIT_KS) if m <= 16 else (SPLIT_ROW_TILES, SPLIT_ROW_KS) if k >= SPLIT_MIN_DEPTH \
+        else ((), ())
     return [MatmulConfig(bm, bn, bk, 8, warps, stages, split_k=splits)
-            for bm, bn, bk, warps, stages in SPLIT_TILES for splits in SPLIT_KS
-            if m <= 16 and _tiles(m, n, bm, bn) < sms and _tiles(m, n, bm, bn) * splits <= 2 * sms
+            for bm, bn, bk, warps, stages in tiles for splits in ks
+            if bm <= max(16, _pow2(m)) and _tiles(m, n, bm, bn) < sms and _tiles(m, n, bm, bn) * splits <= 2 * sms
             and k >= splits * bk]
 
 
@@ -184,9 +202,9 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
                       store_bytes: int = 4) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
-    table), split-K programs of those at most 16 rows (split_candidates), then, where `tma` (the renderer's
-    word that every target is sm_90+ and TMA can read both operands), persistent TMA programs. float32 and
-    float64 products keep the table's choice."""
+    table), split-K programs of the products whose tiles fill under a wave (split_candidates), then, where
+    `tma` (the renderer's word that every target is sm_90+ and TMA can read both operands), persistent TMA
+    programs. float32 and float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
