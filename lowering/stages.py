@@ -4,7 +4,8 @@
                      fused, one lowering per op in frontend/ops/; then ir/dedupe.py drops kernels that
                      repeat an earlier one, ir/sibling_products.py merges products of one operand,
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
-                     its readers share, ir/copy_elision.py turns copies into views of what they copy, and
+                     its readers share, ir/paired_products.py computes a product and the one its epilogue
+                     reads (a gated MLP's) in one kernel, ir/copy_elision.py turns copies into views of what they copy, and
                      ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
@@ -38,6 +39,7 @@ from .ir.copy_elision import elide_copies
 from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
+from .ir.paired_products import pair_products
 from .ir.row_fusion import fuse_rows
 from .ir.sibling_products import merge_sibling_products
 from .ir.verify import verify_plan, verify_program
@@ -78,7 +80,7 @@ def lower(captured: CapturedProgram) -> Program:
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(program))
-    return fuse_rows(elide_copies(fuse_shared_epilogues(fuse_epilogues(program))))
+    return fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program)))))
 
 
 def _lower(state: Compilation) -> Compilation:

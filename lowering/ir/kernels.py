@@ -208,8 +208,14 @@ def epilogue_vars() -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
 
 def product_value(dtype: str) -> Load:
     """In an epilogue: the product's element at (e0, e1, e2), rounded to the product's dtype, as the
-    unfused program stored it for the pointwise kernel that read it."""
+    unfused program stored it for the pointwise kernel that read it. In a paired product, column 2 * e2."""
     return Load(ACC, sympy.Integer(0), dtype)
+
+
+def paired_value(dtype: str) -> Load:
+    """In a paired product's epilogue (MatmulKernel.paired): the partner product's element at (e0, e1, e2),
+    column 2 * e2 + 1 of the product, rounded to the product's dtype as the partner's kernel stored it."""
+    return Load(ACC, sympy.Integer(1), dtype)
 
 
 @dataclass(frozen=True)
@@ -221,6 +227,10 @@ class MatmulKernel:
     With an `epilogue`, out[b, m, n] is that expression of the index variables e0, e1, e2 (b, m, n), in
     which `product_value` stands for the product's element: a bias, activation, residual add or cast fused
     into the kernel that computes the product (ir/epilogue.py), stored in the output buffer's dtype.
+
+    A `paired` product computes two products of one `a` at once (ir/paired_products.py): b's columns 2j and
+    2j + 1 are column j of each, and the epilogue combines the two (`product_value` and `paired_value`) into
+    column j of out, which has n / 2 columns (`out_columns`).
     """
 
     output: str
@@ -232,8 +242,14 @@ class MatmulKernel:
     k: sympy.Expr
     dtype: str
     epilogue: Node | None = None
+    paired: bool = False
 
     family = "matmul"
+
+    @property
+    def out_columns(self) -> sympy.Expr:
+        """The output's columns: n, or n / 2 for a paired product."""
+        return self.n / 2 if self.paired else self.n
 
     def reads(self) -> tuple[str, ...]:
         extra = [b for b in _buffers_of(self.epilogue) if b != ACC] if self.epilogue is not None else []

@@ -36,6 +36,7 @@ from ...ir.kernels import (
     StridedView,
     epilogue_vars,
     operand_vars,
+    paired_value,
     product_value,
     row_result,
     split_gather,
@@ -278,18 +279,22 @@ class CppRenderer(KernelRenderer):
         """How the float template stores an element of the product (`tile[i * NC + j]`): as is, or through the
         fused epilogue (ir/epilogue.py), computed per element with e1, e2 its row and column."""
         out_dtype = self.program.buffers[k.output].dtype
-        element = "tile[i * NC + j]"
+        element = "tile[i * NC + 2 * j]" if k.paired else "tile[i * NC + j]"
         if k.epilogue is None:
             return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
-                    "epilogue_lines": None}
+                    "epilogue_lines": None, "paired": False}
         e0, e1, e2 = epilogue_vars()
         writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
-        # the product rounded to its dtype, as the unfused program stored it for the epilogue's kernel
-        writer.bind(product_value(k.dtype), load_from_storage(store_to_storage(element, k.dtype), k.dtype)
-                    if k.dtype != "float32" else element)
+
+        def rounded(value: str) -> str:  # the product rounded to its dtype, as the unfused program stored it
+            return load_from_storage(store_to_storage(value, k.dtype), k.dtype) if k.dtype != "float32" else value
+
+        writer.bind(product_value(k.dtype), rounded(element))
+        if k.paired:
+            writer.bind(paired_value(k.dtype), rounded("tile[i * NC + 2 * j + 1]"))
         value = writer.value(k.epilogue)
         return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
-                "epilogue_lines": writer.lines}
+                "epilogue_lines": writer.lines, "paired": k.paired}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""

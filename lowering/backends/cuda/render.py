@@ -42,6 +42,7 @@ from ...ir.kernels import (
     StridedView,
     epilogue_vars,
     operand_vars,
+    paired_value,
     product_value,
     row_result,
     split_gather,
@@ -483,6 +484,7 @@ class TritonRenderer(KernelRenderer):
             "precision": "ieee" if compute else "tf32",
             "acc_type": "tl.float64" if k.dtype == "float64" else "tl.float32",
             "epilogue": epilogue,
+            "paired": k.paired,
             "store_value": self._store(epilogue["value"], self.program.buffers[k.output].dtype) if epilogue
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
@@ -531,10 +533,16 @@ class TritonRenderer(KernelRenderer):
                 return "nmask", "nzero"
             return "omask", "ozero"
 
-        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "rm[:, None]", e2: "rn[None, :]"}, "omask",
+        columns = "rno[None, :]" if k.paired else "rn[None, :]"  # a paired product's output columns (_matmul_store)
+        writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "rm[:, None]", e2: columns}, "omask",
                              prefix="ep", zero="ozero", guard=guard)
-        rounded = "acc" if k.dtype == "float32" else f"acc.to({TL_TYPE[k.dtype]}).to(tl.float32)"
-        writer.bind(product_value(k.dtype), rounded)  # the product as the unfused program stored it
+
+        def rounded(acc: str) -> str:  # the product as the unfused program stored it
+            return acc if k.dtype == "float32" else f"{acc}.to({TL_TYPE[k.dtype]}).to(tl.float32)"
+
+        writer.bind(product_value(k.dtype), rounded("acc_own" if k.paired else "acc"))
+        if k.paired:
+            writer.bind(paired_value(k.dtype), rounded("acc_pair"))
         value = writer.value(k.epilogue)
         return {"lines": writer.lines, "value": value}, writer.checks
 
