@@ -1,4 +1,4 @@
-"""Programmatic dependent launch policies against each other, on the GPU, in one process.
+"""Programmatic dependent launch policies, and other export variants, against each other on the GPU, in one process.
 
     python scripts/pdl_bench.py OUT_DIR [--models gpt2,llama] [--seqs 1,16,128,512,2048] [--tune]
                                         [--runs none/off,none/wait,policy,always]   # the runs to time
@@ -11,13 +11,17 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `none`: no kernel lets its successor launch early (EARLY_LAUNCH_ROWS = 0), no weight fetched early;
 - `policy`: the exporter's defaults (EARLY_LAUNCH_ROWS, PREFETCH_ROWS);
 - `always`: every kernel lets its successor launch early, no weight fetched early;
-- `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R.
+- `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R;
+- `unpaired`: the defaults with ir/paired_products.py's pass skipped (a gated MLP's gate and up projections
+  as two kernels, as before session 20).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
 `always`, launched with it (the runtime's default). All are timed with CUDA graphs and device tensors, interleaved
-round by round so that drift reaches all alike: the median of each round's median wall ms. Outputs must equal
-`none/off`'s bit for bit. Results go to OUT_DIR/pdl_bench.json as they come.
+round by round so that drift reaches all alike: the median of each round's median wall ms. The launch policies'
+outputs must equal `none/off`'s bit for bit; a variant that changes the kernels (`unpaired`) may round
+differently, so each run's largest difference to `none/off`, relative to its largest output, is recorded too.
+Results go to OUT_DIR/pdl_bench.json as they come.
 """
 
 from __future__ import annotations
@@ -37,18 +41,24 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
-            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}}
+            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]}}
 # (package, the session's cuda_pdl, label); `none/off` is every other run's reference
-RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"))
+RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"),
+        ("unpaired", True, "unpaired"))
 
 EXPORT_CODE = """
 import json, os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+from aotpack.lowering import stages
 from aotpack.lowering.backends.cuda import render
 from aotpack.api import export_model_file
 model_file, package, arch, constants, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 for name, value in json.loads(constants).items():
-    setattr(render, name, value)
+    if name == "skip_passes":  # IR passes that `lower` (lowering/stages.py) calls, left out
+        for skipped in value:
+            setattr(stages, skipped, lambda program: program)
+    else:
+        setattr(render, name, value)
 start = time.perf_counter()
 export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch,
                   tune=None if tune == "1" else False)
@@ -118,16 +128,19 @@ def main() -> int:
         for seq in (int(s) for s in args.seqs.split(",")):
             dev = [x.cuda() for x in make_inputs(name, module, MODELS[name][1], seq)]
             reference = [o.to_torch().clone() for o in sessions["none/off"].run(dev)]
-            equal = {key: all(torch.equal(a.to_torch(), b) for a, b in zip(s.run(dev), reference))
-                     for key, s in sessions.items()}
+            outputs = {key: [o.to_torch().clone() for o in s.run(dev)] for key, s in sessions.items()}
+            equal = {key: all(torch.equal(a, b) for a, b in zip(got, reference)) for key, got in outputs.items()}
+            differ = {key: max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+                               for a, b in zip(got, reference)) for key, got in outputs.items()}
             rounds: dict[str, list[float]] = {key: [] for key in sessions}
             for _ in range(args.rounds):
                 for key, s in sessions.items():
                     rounds[key].append(median_ms(lambda s=s, dev=dev: s.run(dev), 30 if seq <= 512 else 15, sync=False))
-            point = {"model": name, "seq": seq, "equal_to_none_off": equal,
+            point = {"model": name, "seq": seq, "equal_to_none_off": equal, "rel_diff_to_none_off": differ,
                      "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
             results["points"].append(point)
-            print(json.dumps({k: point[k] for k in ("model", "seq", "ms", "equal_to_none_off")}), flush=True)
+            print(json.dumps({k: point[k] for k in ("model", "seq", "ms", "equal_to_none_off", "rel_diff_to_none_off")}),
+                  flush=True)
             (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
     return 0
 
