@@ -13,7 +13,8 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `always`: every kernel lets its successor launch early, no weight fetched early;
 - `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R;
 - `unpaired`: the defaults with ir/paired_products.py's pass skipped (a gated MLP's gate and up projections
-  as two kernels, as before session 20).
+  as two kernels, as before session 20);
+- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
@@ -41,13 +42,14 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
-            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]}}
+            "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
+            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4}}
 # (package, the session's cuda_pdl, label); `none/off` is every other run's reference
 RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"),
-        ("unpaired", True, "unpaired"))
+        ("unpaired", True, "unpaired"), ("buckets4x", True, "buckets4x"))
 
 EXPORT_CODE = """
-import json, os, sys, time
+import importlib, json, os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
 from aotpack.lowering import stages
 from aotpack.lowering.backends.cuda import render
@@ -57,6 +59,9 @@ for name, value in json.loads(constants).items():
     if name == "skip_passes":  # IR passes that `lower` (lowering/stages.py) calls, left out
         for skipped in value:
             setattr(stages, skipped, lambda program: program)
+    elif "." in name:  # another module's constant: "lowering.ir.buckets.LATER_FACTOR"
+        module, constant = name.rsplit(".", 1)
+        setattr(importlib.import_module("aotpack." + module), constant, value)
     else:
         setattr(render, name, value)
 start = time.perf_counter()

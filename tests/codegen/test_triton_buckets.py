@@ -25,7 +25,7 @@ ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
 def test_bucket_rule_cuts_after_16_128_512_2048_then_every_factor_of_4():
     assert bucket_uppers(1, 2048) == (16, 128, 512, 2048)
     assert bucket_uppers(1, 4096) == (16, 128, 512, 2048, 4096)
-    assert bucket_uppers(1, 40000) == (16, 128, 512, 2048, 8192, 32768, 40000)
+    assert bucket_uppers(1, 40000) == (16, 128, 512, 2048, 4096, 8192, 16384, 32768, 40000)
     assert bucket_uppers(1, 64) == (16, 64)
     assert bucket_uppers(100, 600) == (128, 512, 600)  # buckets below the range's start are dropped
     assert bucket_uppers(8, 8) == (8,)
