@@ -153,5 +153,6 @@ def test_a_paired_product_compiles_for_sm_90(tmp_path, monkeypatch):
         monkeypatch.setattr(render, "matmul_config", lambda *args, config=config, **kwargs: config)
         library = render_library(render.TritonRenderer(program, 90, pdl=True, tma=True))
         pair = next(k for k in library.kernels if "acc_pair" in k.source)
+        assert pair.paired  # the package's kernel config says so ("paired": true, shown by aotpack inspect)
         compiled = compile_triton_library(library, (90,))[90].kernels[pair.name]
         assert compiled.cubin[:4] == b"\x7fELF", config

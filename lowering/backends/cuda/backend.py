@@ -51,7 +51,8 @@ class CudaBackend(Backend):
                          "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
                                     **({"persistent_tma": True} if k.persistent else {}),
                                     **({"early_launch": True} if k.early_launch else {}),
-                                    **({"l2_prefetch": True} if k.l2_prefetch else {})},
+                                    **({"l2_prefetch": True} if k.l2_prefetch else {}),
+                                    **({"paired": True} if k.paired else {})},
                          **({"split": {"programs": k.split_programs, "tile_bytes": k.split_tile_bytes}}
                             if k.split_programs else {})}
                         for k in library.kernels],

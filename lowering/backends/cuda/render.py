@@ -79,6 +79,7 @@ class TritonKernel(RenderedKernel):
     persistent: bool = False  # a persistent matrix product reading through TMA descriptors (global scratch)
     early_launch: bool = False  # after its wait, lets its successor launch (EARLY_LAUNCH_ROWS)
     l2_prefetch: bool = False  # fetches its weight into L2 before its wait (TritonRenderer._weight_prefetch)
+    paired: bool = False  # a paired product (ir/paired_products.py): two products of one operand, interleaved
     # split-K (MatmulConfig.split_k): the most programs a launch of it has, and the bytes of the partial sums
     # each writes. The runtime passes it a counter per program (zero at every launch: the last program of a
     # tile resets its own) and split_programs * split_tile_bytes of workspace, after the error flag.
@@ -217,6 +218,7 @@ class TritonRenderer(KernelRenderer):
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
             errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")),
             early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body,
+            paired=bool(meta.get("paired")),
             split_programs=meta.get("split_programs", 0), split_tile_bytes=meta.get("split_tile_bytes", 0),
             fallback=meta.get("fallback"))
         return rendered, meta["grid"]
@@ -489,7 +491,7 @@ class TritonRenderer(KernelRenderer):
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
-                     "persistent": config.persistent, **split_meta},
+                     "persistent": config.persistent, "paired": k.paired, **split_meta},
         }
 
     def _split(self, k: MatmulKernel, config: MatmulConfig) -> bool:
