@@ -79,14 +79,17 @@ def _paired(program: Program, t: int) -> Program | None:
     epilogue = _with_partner(own, g)
     if epilogue is None:
         return None
-    buffers = {name: buf for name, buf in program.buffers.items() if name not in (g, *weights)}
     tensor = _interleaved(program, own, partner)
     k_major = all(int(p.b.strides[1]) == 1 for p in (own, partner))
     n2 = 2 * int(own.n)
     name = f"{weights[0]}.paired"
     source = "+".join(program.buffers[w].source for w in weights)
-    buffers[name] = Buffer(name, program.buffers[weights[0]].dtype, tuple(sympy.Integer(d) for d in tensor.shape),
-                           "weight", source)
+    buffers = {}  # the interleaved weight in the first one's place
+    for key, buf in program.buffers.items():
+        if key == weights[0]:
+            buffers[name] = Buffer(name, buf.dtype, tuple(sympy.Integer(d) for d in tensor.shape), "weight", source)
+        elif key not in (g, weights[1]):
+            buffers[key] = buf
     b = StridedView(name, sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(int(own.k))) if k_major
                     else (sympy.Integer(0), sympy.Integer(n2), sympy.Integer(1)))
     kernel = replace(own, b=b, n=sympy.Integer(n2), epilogue=epilogue, paired=True)

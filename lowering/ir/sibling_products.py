@@ -224,7 +224,7 @@ def _variables(kernel: Kernel) -> list[tuple[object, dict[sympy.Symbol, sympy.Ex
     if isinstance(kernel, MatmulKernel):
         e0, e1, e2 = epilogue_vars()
         g0, g1, g2 = operand_vars()
-        return [("epilogue", {e0: kernel.batch, e1: kernel.m, e2: kernel.n}),
+        return [("epilogue", {e0: kernel.batch, e1: kernel.m, e2: kernel.out_columns}),
                 ("a", {g0: kernel.batch, g1: kernel.m, g2: kernel.k}),
                 ("b", {g0: kernel.batch, g1: kernel.k, g2: kernel.n})]
     if isinstance(kernel, AttentionKernel):
