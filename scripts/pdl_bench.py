@@ -46,8 +46,8 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
             "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4}}
 # (package, the session's cuda_pdl, label)
-RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"), ("always", True, "always"),
-        ("unpaired", True, "unpaired"), ("buckets4x", True, "buckets4x"))
+RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"),
+        ("always", True, "always"), ("unpaired", True, "unpaired"), ("buckets4x", True, "buckets4x"))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time
@@ -144,11 +144,12 @@ def main() -> int:
             for _ in range(args.rounds):
                 for key, s in sessions.items():
                     rounds[key].append(median_ms(lambda s=s, dev=dev: s.run(dev), 30 if seq <= 512 else 15, sync=False))
-            point = {"model": name, "seq": seq, "reference": reference_label, "equal_to_reference": equal, "rel_diff_to_reference": differ,
+            point = {"model": name, "seq": seq, "reference": reference_label, "equal_to_reference": equal,
+                     "rel_diff_to_reference": differ,
                      "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
             results["points"].append(point)
-            print(json.dumps({k: point[k] for k in ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference")}),
-                  flush=True)
+            shown = ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference")
+            print(json.dumps({k: point[k] for k in shown}), flush=True)
             (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
     return 0
 
