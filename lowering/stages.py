@@ -6,8 +6,8 @@
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
                      its readers share, ir/paired_products.py computes a product and the one its epilogue
                      reads (a gated MLP's) in one kernel, ir/copy_elision.py turns copies into views of what
-                     they copy, and
-                     ir/row_fusion.py fuses row reductions and their pointwise consumer into row kernels)
+                     they copy, and ir/row_fusion.py fuses row reductions and their pointwise consumer into
+                     row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
