@@ -26,6 +26,7 @@ from aotpack.lowering.ir.kernels import (
     StridedView,
     Symbol,
     epilogue_vars,
+    paired_value,
     product_value,
     row_result,
 )
@@ -145,6 +146,17 @@ CASES = {
                          "float32"))],
         [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (4, 8), "weight", "w2"),
          Buffer("bias", "bfloat16", (4,), "weight", "bias"), Buffer("out", "bfloat16", (n, 4), "output", "output")]),
+    # silu(x @ wg^T) * (x @ wu^T) in bf16: a gated MLP's two products paired (ir/paired_products.py), their
+    # [4, 8] weights interleaved row by row into w2 ([8, 8]: up's row j at 2j, the gate's at 2j + 1)
+    "matmul_bf16_paired": _program(
+        [MatmulKernel("out", StridedView("x", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(8), sympy.Integer(1))),
+                      StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(1), sympy.Integer(8))),
+                      sympy.Integer(1), n, sympy.Integer(8), sympy.Integer(8), "bfloat16",
+                      Op("mul", (Op("mul", (paired_value("bfloat16"), Op("sigmoid", (paired_value("bfloat16"),),
+                                                                             "float32")), "float32"),
+                                 product_value("bfloat16")), "float32"), paired=True)],
+        [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (8, 8), "weight", "w2"),
+         Buffer("out", "bfloat16", (n, 4), "output", "output")]),
 }
 
 
