@@ -89,7 +89,7 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
     reads = set(p.reads()) - {x}
     if any(s.output in reads or s.output == p.output or p.output in s.reads() for s in between):
         return None
-    indices = _indices_from_product(p.shape, m)
+    indices = indices_from_product(p.shape, m)
     if indices is None:
         return None
     epilogue = scalar.substitute(p.value, indices, {load: product_value(m.dtype) for load in own})
@@ -102,7 +102,7 @@ def _index_of(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
     return sympy.expand(sum((index_var("i", d) * s for d, s in enumerate(strides)), sympy.Integer(0)))
 
 
-def _indices_from_product(shape: tuple[sympy.Expr, ...], m: MatmulKernel) -> dict[sympy.Symbol, sympy.Expr] | None:
+def indices_from_product(shape: tuple[sympy.Expr, ...], m: MatmulKernel) -> dict[sympy.Symbol, sympy.Expr] | None:
     """P's index variables as expressions of the product's (e0, e1, e2), when P's shape splits into
     dimensions over the product's rows (batch x m, row-major) and dimensions over its columns (n)."""
     e0, e1, e2 = epilogue_vars()

@@ -21,8 +21,10 @@ from aotpack.lowering.stages import lower
 
 HERE = Path(__file__).resolve().parent
 
-# The gated MLPs, written as models write them: nn.Linear weights ([n, k], read transposed) or [k, n] parameters
-# (x @ w), SiLU (Llama) or GELU (Gemma) gates; "shared" also reads the gate elsewhere, so it must stay apart.
+# The gated MLPs, written as models write them: two projections with nn.Linear weights ([n, k], read
+# transposed) or [k, n] parameters (x @ w); one projection with a bias cut in halves ("halves": Phi-3's
+# gate_up_proj, diffusers' GEGLU); SiLU (Llama) or GELU (Gemma) gates. "shared" also reads the gate elsewhere,
+# so it must stay apart.
 GATED = r"""
 import torch
 
@@ -33,13 +35,18 @@ class Gated(torch.nn.Module):
         if kind == "kn":
             self.wg = torch.nn.Parameter(torch.randn(d, f) / d ** 0.5)
             self.wu = torch.nn.Parameter(torch.randn(d, f) / d ** 0.5)
+        elif kind == "halves":
+            self.proj = torch.nn.Linear(d, 2 * f)
         else:
             self.gate = torch.nn.Linear(d, f, bias=False)
             self.up = torch.nn.Linear(d, f, bias=False)
         self.down = torch.nn.Linear(f, d, bias=False)
 
     def forward(self, x):
-        g, u = (x @ self.wg, x @ self.wu) if self.kind == "kn" else (self.gate(x), self.up(x))
+        if self.kind == "halves":
+            u, g = self.proj(x).chunk(2, dim=-1)
+        else:
+            g, u = (x @ self.wg, x @ self.wu) if self.kind == "kn" else (self.gate(x), self.up(x))
         act = torch.nn.functional.silu(g) if self.act == "silu" else torch.nn.functional.gelu(g, approximate="tanh")
         y = x + self.down(act * u)
         return (y, g.sum(-1)) if self.kind == "shared" else y
@@ -61,21 +68,25 @@ def lowered(model):
     return lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
 
 
-@pytest.mark.parametrize("kind", ["linear", "kn"])
+@pytest.mark.parametrize("kind", ["linear", "kn", "halves"])
 def test_a_gated_mlp_is_one_paired_product_over_interleaved_weights(kind):
     model = gated(kind)
     program = lowered(model)
     products = [s for s in program.steps if isinstance(s, MatmulKernel)]
     assert len(products) == 2, program.steps  # gate and up paired, then down
+    assert len(program.steps) == 2, program.steps  # the halves' bias and the gating in the pair's epilogue
     pair = products[0]
     assert pair.paired and int(pair.n) == 80 and int(pair.out_columns) == 40 and pair.epilogue is not None
     assert [int(d) for d in program.buffers[pair.output].shape[-1:]] == [40]
     weight = program.weights[program.buffers[pair.b.buffer].source]
-    gate, up = (model.wg, model.wu) if kind == "kn" else (model.gate.weight.t(), model.up.weight.t())
+    if kind == "halves":
+        up, gate = model.proj.weight.t().chunk(2, dim=1)
+    else:
+        gate, up = (model.wg, model.wu) if kind == "kn" else (model.gate.weight.t(), model.up.weight.t())
     dense = torch.as_strided(weight, (72, 80), tuple(int(s) for s in pair.b.strides[1:]), int(pair.b.offset))
     assert torch.equal(dense[:, 0::2], up.detach()) and torch.equal(dense[:, 1::2], gate.detach())
     # stored as the originals were: nn.Linear's [n, k] stays k-contiguous
-    assert (int(pair.b.strides[1]) == 1) == (kind == "linear")
+    assert (int(pair.b.strides[1]) == 1) == (kind != "kn")
 
 
 def test_a_gate_read_by_another_step_too_stays_its_own_product():
@@ -85,7 +96,7 @@ def test_a_gate_read_by_another_step_too_stays_its_own_product():
 
 
 @pytest.mark.parametrize("dtype", [None, "bf16"])
-@pytest.mark.parametrize("kind,act", [("linear", "silu"), ("kn", "gelu")])
+@pytest.mark.parametrize("kind,act", [("linear", "silu"), ("kn", "gelu"), ("halves", "gelu")])
 def test_paired_products_verify_through_export_on_the_cpu(tmp_path, kind, act, dtype):
     from torch.export import Dim
 
@@ -105,7 +116,7 @@ from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 from aotpack.lowering.codegen.library import render_library
 
 report = {}
-for kind, act in (("linear", "silu"), ("kn", "gelu")):
+for kind, act in (("linear", "silu"), ("kn", "gelu"), ("halves", "silu")):
     model = gated(kind, act).to(torch.float16)
     program = lowered(model)
     configs = {"16x16": MatmulConfig(16, 16, 16, 8, 4, 3), "32x64": MatmulConfig(32, 64, 32, 8, 4, 3),
@@ -133,7 +144,7 @@ def test_paired_products_compute_the_model_in_the_triton_interpreter():
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(report) == 24, report
+    assert len(report) == 36, report
     for point, run in report.items():
         assert run["paired"] >= 1 and not run["errors"], (point, run)  # split-K: with its unsplit twin
         assert run["rel"] < 1e-2, f"{point}: relative error {run['rel']} against float32 eager"
