@@ -182,7 +182,9 @@ def _with_weight(program: Program, steps: list, at: int, weights: tuple[str, ...
     tensor = torch.stack([dense[:, :n], dense[:, n:]], dim=2).reshape(k, 2 * n)
     tensor = tensor.t().contiguous() if k_major else tensor.contiguous()
     name = f"{weights[0]}.paired"
-    source = "+".join(program.buffers[w].source for w in weights)
+    # named apart from the weights it is made of (as *.panels16 are), so that refit without the model file
+    # cannot take a tensor in the model's layout for it
+    source = "+".join(program.buffers[w].source for w in weights) + ".paired"
     buffers = {}  # the interleaved weight in the first one's place
     for key, buf in program.buffers.items():
         if key == weights[0]:

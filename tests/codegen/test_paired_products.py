@@ -167,3 +167,27 @@ def test_a_paired_product_compiles_for_sm_90(tmp_path, monkeypatch):
         assert pair.paired  # the package's kernel config says so ("paired": true, shown by aotpack inspect)
         compiled = compile_triton_library(library, (90,))[90].kernels[pair.name]
         assert compiled.cubin[:4] == b"\x7fELF", config
+
+
+def test_a_hugging_face_phi3_pairs_the_halves_of_its_gate_up_projection(tmp_path):
+    """Phi-3 computes its MLP's gate and up projections as one Linear and chunks it: the halves rule."""
+    transformers = pytest.importorskip("transformers")
+    import zipfile
+
+    config = transformers.Phi3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                     intermediate_size=96, vocab_size=1000, max_position_embeddings=128,
+                                     use_cache=False, pad_token_id=0, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.Phi3ForCausalLM(config).eval()
+    ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(0))
+    result = export(model, (ids,), tmp_path / "phi3.aotpack", dynamic_shapes={"input_ids": {1: "seq"}},
+                    ranges={"seq": (1, 128)})
+    assert result.verification["passed"], result.verification
+    with zipfile.ZipFile(result.path) as z:
+        weights = json.loads(z.read("program.json"))["buffers"]
+    names = [b["weight"] for b in weights if "weight" in b]
+    # one interleaved weight per layer, named apart from the model's parameter (refit must not take one for it)
+    # (then laid out in the C++ backend's panels: *.paired.panels16)
+    paired = [n for n in names if "gate_up_proj" in n]
+    assert len(paired) == 2 and all(n.startswith(f"model.layers.{i}.mlp.gate_up_proj.weight.paired")
+                                    for i, n in enumerate(paired)), names
