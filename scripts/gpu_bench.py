@@ -25,7 +25,8 @@ as `aotpack export --dtype bf16 --target cuda` runs it), the three in parallel p
 Exporting on the GPU machine tunes the kernels (lowering/backends/cuda/tuning.py; the exports take turns to
 time them): OUT_DIR/export_<model>.log lists each bucket the tuning changed, with both times.
 Results are written as they come: OUT_DIR/bench_gpu.json, OUT_DIR/bench_gpu.md (the table) and
-OUT_DIR/latency_vs_seq.png (matplotlib, where importable; the JSON says why not). Work beyond --budget-s
+OUT_DIR/latency_vs_seq.png (matplotlib, where importable; the JSON says why not); the packages go to a
+temporary folder, so OUT_DIR stays small enough to bring back from a GPU machine whole. Work beyond --budget-s
 seconds (torch.compile's compiles are the slow part) is skipped and marked so, so the run ends in time.
 """
 
@@ -134,8 +135,10 @@ def export_all(names: list[str], out_dir: Path, arch: int) -> dict[str, dict]:
     jobs = max(1, (os.cpu_count() or 3) // len(names))
     env = dict(os.environ, AOTPACK_COMPILE_JOBS=str(jobs), AOTPACK_EXAMPLE_SIZE="full")
     running = {}
+    # not OUT_DIR: 220-310 MB a package, where OUT_DIR should hold only what must come back from a GPU machine
+    packages = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
     for name in names:
-        package = out_dir / f"{name}_bf16_cuda.aotpack"
+        package = packages / f"{name}_bf16_cuda.aotpack"
         log = open(out_dir / f"export_{name}.log", "w")  # noqa: SIM115 - closed below
         cmd = [sys.executable, "-c", EXPORT_CODE, str(REPO / "examples" / name / "model.py"), str(package), str(arch),
                *MODELS[name][2]]
