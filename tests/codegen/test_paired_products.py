@@ -6,9 +6,6 @@ and the Triton template in Triton's interpreter at several tilings, split-K and 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +15,8 @@ from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.ir.kernels import MatmulKernel
 from aotpack.lowering.stages import lower
+from triton_interp import run_in_interpreter
 
-HERE = Path(__file__).resolve().parent
 
 # The gated MLPs, written as models write them: two projections with nn.Linear weights ([n, k], read
 # transposed) or [k, n] parameters (x @ w); one projection with a bias cut in halves ("halves": Phi-3's
@@ -138,12 +135,7 @@ print(json.dumps(report))
 
 
 def test_paired_products_compute_the_model_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert len(report) == 36, report
     for point, run in report.items():
         assert run["paired"] >= 1 and not run["errors"], (point, run)  # split-K: with its unsplit twin

@@ -3,10 +3,7 @@ H200 gets for real shapes (a golden table), and results across buckets in Triton
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from aotpack.lowering.codegen.printer import to_json
 from aotpack.lowering.ir.buckets import bucket_uppers
 from aotpack.lowering.ir.kernels import AttentionKernel, Buffer, MatmulKernel, Program, StridedView, Symbol
 from aotpack.lowering.ir.symbolic import size_symbol
+from triton_interp import run_in_interpreter
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden" / "triton"
@@ -108,12 +106,7 @@ print(json.dumps(report))
 
 
 def test_each_bucket_computes_the_product_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN, str(HERE)], check=False, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert report.pop("kernels") >= 2
     for rows, (errors, worst) in report.items():
         assert errors == [] and worst < 1e-3, f"{rows} rows: {errors} {worst}"
@@ -144,12 +137,7 @@ print(json.dumps(report))
 def test_few_row_products_take_a_deep_k_step_and_mask_its_tail():
     """A half product with few rows whose narrowest tiles still leave the grid short of the GPU's SMs steps
     512 deep through K (matmul_config.py); K = 1500 is not a multiple of it, so the last step is masked."""
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUN_DEEP_K, str(HERE)], check=False, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN_DEEP_K)
     assert report.pop("few_rows") == [16, 512]
     for rows, (errors, worst) in report.items():
         assert errors == [] and worst < 2e-3, f"{rows} rows: {errors} {worst}"

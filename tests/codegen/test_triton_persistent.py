@@ -5,11 +5,6 @@ global scratch recorded, and that they compute the product and its fused epilogu
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import sympy
@@ -24,8 +19,8 @@ from aotpack.lowering.backends.cuda.matmul_config import (
 from aotpack.lowering.codegen.library import render_library
 from aotpack.lowering.ir.kernels import Buffer, GatheredOperand, MatmulKernel, Program, StridedView, Symbol
 from aotpack.lowering.ir.symbolic import size_symbol
+from triton_interp import run_in_interpreter
 
-HERE = Path(__file__).resolve().parent
 ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
 ROWS = size_symbol("rows")
 PERSISTENT = MatmulConfig(32, 32, 32, 8, 4, 3, persistent=True)
@@ -196,12 +191,7 @@ print(json.dumps(report))
 
 
 def test_persistent_products_compute_the_model_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert report["persistent"] == report["products"] == 2, report
     for seq, err in report["errors"].items():
         assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"

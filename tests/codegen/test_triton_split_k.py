@@ -5,11 +5,6 @@ Triton's interpreter, slices of unequal depth and an empty one among them."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from aotpack.errors import UnsupportedError
@@ -17,8 +12,8 @@ from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 from aotpack.lowering.codegen.library import render_library
 from test_triton_persistent import ROWS, product
+from triton_interp import run_in_interpreter
 
-HERE = Path(__file__).resolve().parent
 
 
 def forced(program, config, monkeypatch):
@@ -89,12 +84,7 @@ print(json.dumps(report))
 
 
 def test_split_products_compute_the_model_in_the_triton_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", RUN, str(HERE)], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_in_interpreter(RUN)
     assert len(report) == 9, report
     for point, run in report.items():
         # both products split; each tile's last program left its count at zero for the next launch

@@ -9,7 +9,9 @@ is a test oracle for the generated kernels only.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -147,3 +149,17 @@ def run_program(program: Program, library: RenderedLibrary, inputs: list[torch.T
         t = buffers[name]
         outs.append(t.bool() if program.buffers[name].dtype == "bool" else t)
     return outs, errors
+
+
+def run_in_interpreter(script: str) -> dict:
+    """Runs `script` in a child process under Triton's interpreter and returns the JSON report it prints last.
+    TRITON_INTERPRET must be set before Triton is imported, so a test that compares a program there runs its
+    comparison as a script; the script finds this folder (this module, the tests' models) as sys.argv[1]."""
+    import pytest
+
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script, str(Path(__file__).resolve().parent)], check=False, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
