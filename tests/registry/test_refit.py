@@ -172,3 +172,42 @@ def test_a_tuned_cuda_package_refits_with_the_model(tmp_path, monkeypatch, runti
     new = read_package(out)
     assert {n: d for n, d in new.members.items() if n != layout.WEIGHTS} == \
         {n: d for n, d in tuned.members.items() if n != layout.WEIGHTS}
+
+
+GATED_MODEL = """
+import torch
+
+class Gated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(32, 48, bias=False)
+        self.up = torch.nn.Linear(32, 48, bias=False)
+        self.down = torch.nn.Linear(48, 32, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+torch.manual_seed(0)
+model = Gated().eval()
+example_inputs = (torch.randn(3, 32),)
+dynamic_axes = {"x": {0: "batch"}}
+dynamic_ranges = {"batch": (1, 8)}
+"""
+
+
+def test_a_gated_mlps_paired_weight_is_named_apart_and_refit_without_the_model_says_so(tmp_path):
+    """The gate and up projections run as one product over their interleaved weights (ir/paired_products.py),
+    stored as up.weight+gate.weight.paired: the model's own tensors do not fit it, and the refusal says why."""
+    model_file = tmp_path / "gated.py"
+    model_file.write_text(GATED_MODEL)
+    package = tmp_path / "gated.aotpack"
+    assert run([*AOTPACK, "export", str(model_file), "-o", str(package), "-q"]).returncode == 0
+    namespace: dict = {}
+    exec(compile(GATED_MODEL, "gated.py", "exec"), namespace)  # noqa: S102 - the test's own model source
+    weights = tmp_path / "state.safetensors"
+    safetensors.torch.save_file(namespace["model"].state_dict(), str(weights))
+    result = run([*AOTPACK, "refit", str(package), "--weights", str(weights), "-o", str(tmp_path / "x.aotpack")])
+    assert result.returncode == 1
+    assert "up.weight+gate.weight.paired.panels16: missing" in result.stderr, result.stderr
+    assert "gate.weight: not in the package (given float32[48, 32])" in result.stderr
+    assert "a gated MLP's *.paired: give the model's own parameters with --model model.py" in result.stderr
