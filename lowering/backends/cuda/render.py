@@ -218,7 +218,7 @@ class TritonRenderer(KernelRenderer):
             num_warps=meta["num_warps"], num_stages=meta["num_stages"], symbols=tuple(data["symbols"]),
             errors=tuple(meta["errors"]), pdl=self.pdl, persistent=bool(meta.get("persistent")),
             early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body,
-            paired=bool(meta.get("paired")),
+            paired="acc_pair" in body,
             split_programs=meta.get("split_programs", 0), split_tile_bytes=meta.get("split_tile_bytes", 0),
             fallback=meta.get("fallback"))
         return rendered, meta["grid"]
@@ -491,7 +491,7 @@ class TritonRenderer(KernelRenderer):
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
-                     "persistent": config.persistent, "paired": k.paired, **split_meta},
+                     "persistent": config.persistent, **split_meta},
         }
 
     def _split(self, k: MatmulKernel, config: MatmulConfig) -> bool:
