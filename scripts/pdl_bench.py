@@ -14,21 +14,28 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R;
 - `unpaired`: the defaults with ir/paired_products.py's pass skipped (a gated MLP's gate and up projections
   as two kernels, as before session 20);
-- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20).
+- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20);
+- `nowavesplit`: the defaults without the last wave split among tuning's candidates (before session 21).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
-`always`, launched with it (the runtime's default). All are timed with CUDA graphs and device tensors, interleaved
+`always`, launched with it (the runtime's default); `nographs`, the `policy` package in a session without CUDA
+graphs; `nowavesplit`, the defaults with tuning offered no last wave split (matmul_config.WAVE_SPLIT_MIN_ROWS, before
+session 21; meaningful with --tune). All are timed with CUDA graphs and device tensors, interleaved
 round by round so that drift reaches all alike: the median of each round's median wall ms. The launch policies'
 outputs must equal the reference's bit for bit (the first of --runs: `none/off` unless left out); a variant that
 changes the kernels (`unpaired`, `buckets4x`) may round differently, so each run's largest difference to the
 reference, relative to its largest output, is recorded too.
-Results go to OUT_DIR/pdl_bench.json as they come.
+--timeline adds where each run's wall time goes at each point (timeline(): host time before and after the GPU's
+work, the GPU span, kernel time, idle gaps and the largest of them). Results go to OUT_DIR/pdl_bench.json as they
+come.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -44,10 +51,13 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
-            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4}}
-# (package, the session's cuda_pdl, label)
-RUNS = (("none", False, "none/off"), ("none", True, "none/wait"), ("policy", True, "policy"),
-        ("always", True, "always"), ("unpaired", True, "unpaired"), ("buckets4x", True, "buckets4x"))
+            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
+            "nowavesplit": {"lowering.backends.cuda.matmul_config.WAVE_SPLIT_MIN_ROWS": 10**9}}
+# (package, the session's options, label, environment while the package loads)
+OFF = {"cuda_pdl": False}
+RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
+        ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
+        ("policy", {"cuda_graphs": False}, "nographs", {}), ("nowavesplit", {}, "nowavesplit", {}))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time
@@ -94,6 +104,62 @@ def export_variants(names: list[str], variants: list[str], arch: int, tune: bool
     return done
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """os.environ with `values` set, restored after: the runtime reads some knobs when a package loads."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def timeline(fn, calls: int = 7) -> dict:
+    """Where one call's wall time goes, from torch.profiler's CPU ranges and CUPTI's GPU activity on the same
+    clock (medians over `calls` calls, microseconds): host time before the first GPU activity, the GPU span
+    (first start to last end), the kernels' summed time, the idle gaps between consecutive activities inside
+    the span, host time after the last one; and the largest gaps of the median call with their neighbours."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(calls):
+            with torch.profiler.record_function(f"timeline_call_{i}"):
+                fn()
+    events = prof.events()
+    calls_cpu = sorted((e.time_range.start, e.time_range.end) for e in events
+                       if e.name.startswith("timeline_call_") and e.device_type == torch.autograd.DeviceType.CPU)
+    gpu = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                 if e.device_type == torch.autograd.DeviceType.CUDA)
+    rows = []
+    for start, end in calls_cpu:
+        mine = [g for g in gpu if start <= g[0] <= end]
+        if not mine:
+            continue
+        kernels = [g for g in mine if "memcpy" not in g[2].lower() and "memset" not in g[2].lower()]
+        gaps = [(b[0] - a[1], a[2][:60], b[2][:60]) for a, b in itertools.pairwise(mine)]
+        rows.append({"wall_us": end - start, "host_before_us": mine[0][0] - start,
+                     "gpu_span_us": mine[-1][1] - mine[0][0], "kernel_us": sum(g[1] - g[0] for g in kernels),
+                     "gap_us": sum(max(0.0, gap) for gap, _, _ in gaps), "overlap_us": -sum(min(0.0, gap) for gap, _, _ in gaps),
+                     "host_after_us": end - mine[-1][1], "activities": len(mine),
+                     "largest_gaps": sorted(gaps, reverse=True)[:6]})
+    if not rows:
+        return {}
+    keys = ("wall_us", "host_before_us", "gpu_span_us", "kernel_us", "gap_us", "overlap_us", "host_after_us")
+    summary = {key: round(statistics.median(r[key] for r in rows), 1) for key in keys}
+    median_call = sorted(rows, key=lambda r: r["wall_us"])[len(rows) // 2]
+    summary["activities"] = median_call["activities"]
+    summary["largest_gaps"] = [(round(g, 1), a, b) for g, a, b in median_call["largest_gaps"]]
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir", type=Path)
@@ -104,6 +170,7 @@ def main() -> int:
     parser.add_argument("--runs", default="none/off,none/wait,policy,always",
                         help="comma-separated labels of RUNS; the first is the others' reference")
     parser.add_argument("--early-rows", default="", help="comma-separated EARLY_LAUNCH_ROWS bounds to try too")
+    parser.add_argument("--timeline", action="store_true", help="where each run's wall time goes (timeline())")
     args = parser.parse_args()
 
     labels = args.runs.split(",")
@@ -111,7 +178,7 @@ def main() -> int:
     reference_label = runs[0][2]
     for rows in filter(None, args.early_rows.split(",")):
         VARIANTS[f"early<={rows}"] = {"EARLY_LAUNCH_ROWS": int(rows)}
-        runs.append((f"early<={rows}", True, f"early<={rows}"))
+        runs.append((f"early<={rows}", {}, f"early<={rows}", {}))
     import torch
     from aotpack import runtime
     from gpu_acceptance import example_module, make_inputs
@@ -120,18 +187,19 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     major, minor = torch.cuda.get_device_capability(0)
     names = args.models.split(",")
-    packages = export_variants(names, list(dict.fromkeys(variant for variant, _, _ in runs)), major * 10 + minor, args.tune)
+    packages = export_variants(names, list(dict.fromkeys(run[0] for run in runs)), major * 10 + minor, args.tune)
     results: dict = {"device": torch.cuda.get_device_name(0), "tuned": args.tune, "points": []}
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
     for name in names:
         if (name, runs[0][0]) not in packages:
             continue
         sessions = {}
-        for variant, pdl, label in runs:
+        for variant, options, label, load_env in runs:
             if (name, variant) not in packages:
                 continue
-            sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device",
-                                                                               cuda_pdl=pdl)
+            with environment(load_env):
+                sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device",
+                                                                                   **options)
         module = example_module(REPO / "examples" / name / "model.py")
         for seq in (int(s) for s in args.seqs.split(",")):
             dev = [x.cuda() for x in make_inputs(name, module, MODELS[name][1], seq)]
@@ -147,8 +215,10 @@ def main() -> int:
             point = {"model": name, "seq": seq, "reference": reference_label, "equal_to_reference": equal,
                      "rel_diff_to_reference": differ,
                      "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
+            if args.timeline:
+                point["timeline"] = {key: timeline(lambda s=s, dev=dev: s.run(dev)) for key, s in sessions.items()}
             results["points"].append(point)
-            shown = ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference")
+            shown = ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference", "timeline")
             print(json.dumps({k: point[k] for k in shown}), flush=True)
             (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
     return 0

@@ -1,5 +1,5 @@
 """Paired products on a GPU (ir/paired_products.py): a Llama-sized gated MLP, whose gate and up projections run
-as one product over their interleaved weights, exported through aotpack.export with its defaults (tuning on
+as one product over their interleaved weights (two projections, Llama's layout, and one cut in halves, Phi-3's), exported through aotpack.export with its defaults (tuning on
 where the GPU is the target's, verification on, so the export itself checks it against eager on this GPU over
 the range), then run through the C++ runtime at many row counts: with CUDA graphs bit-identical to graph-off
 runs, and within the half-precision rule of eager."""
@@ -31,15 +31,30 @@ class GatedMlp(nn.Module):
         return x + self.down(nn.functional.silu(self.gate(x)) * self.up(x))
 
 
-@pytest.fixture(scope="module", params=["bf16", "fp16"])
+class HalvesMlp(nn.Module):
+    """Phi-3's and diffusers' GEGLU layout: one projection (with a bias here) cut in halves, gate and up."""
+
+    def __init__(self, d: int = 1024, ffn: int = 2816):
+        super().__init__()
+        self.gate_up = nn.Linear(d, 2 * ffn)
+        self.down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x):
+        up, gate = self.gate_up(x).chunk(2, dim=-1)
+        return x + self.down(up * nn.functional.gelu(gate))
+
+
+@pytest.fixture(scope="module", params=[("bf16", GatedMlp), ("fp16", GatedMlp), ("bf16", HalvesMlp)],
+                ids=["bf16-two", "fp16-two", "bf16-halves"])
 def paired(request, tmp_path_factory, cuda_arch):
     torch.manual_seed(0)
-    model = GatedMlp().eval()
+    dtype, layout = request.param
+    model = layout().eval()
     reference = copy.deepcopy(model)
     result = aotpack.export(model, (torch.randn(5, 1024),), tmp_path_factory.mktemp("paired") / "mlp.aotpack",
-                            dynamic_shapes={"x": {0: "n"}}, ranges={"n": (1, 2048)}, dtype=request.param,
+                            dynamic_shapes={"x": {0: "n"}}, ranges={"n": (1, 2048)}, dtype=dtype,
                             target="cuda", cuda_arch=(cuda_arch,))
-    return request.param, model, reference, result
+    return dtype, model, reference, result
 
 
 def test_the_gate_and_up_projections_are_one_kernel_verified_on_this_gpu(paired):
