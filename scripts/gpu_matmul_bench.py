@@ -1,7 +1,7 @@
 """The Triton matrix product alone, per bucket configuration, against cuBLAS and the memory bandwidth.
 
-    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep | --persistent | --split | --wave-split] [--rows 1,16]
-                                       [--shapes a,b] [--budget-s S]
+    python scripts/gpu_matmul_bench.py OUT_DIR [--sweep | --persistent | --split] [--rows 1,16] [--shapes a,b]
+                                       [--budget-s S]
 
 For the projection shapes of GPT-2 124M, BERT-base and the Llama shape of docs/performance.md (bf16, weights
 read as nn.Linear and GPT-2's Conv1D store them), at M = 1, 16, 128, 512, 2048 (and BERT's batch 8 x 2048),
@@ -18,9 +18,7 @@ prints one line per measurement. --persistent times only the tiled table's choic
 instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
 at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
 next to the table's choice; for more rows, the large tiles whole and split (matmul_config.SPLIT_ROW_TILES and
-128 x 128 and 128 x 256, x SPLIT_ROW_KS). --wave-split times, for products of more than 16 rows, the tiles tuning
-times with their last wave split (matmul_config.WAVE_SPLIT_TILES) whole and with the last wave in up to 4 and 8
-slices. Needs a GPU.
+128 x 128 and 128 x 256, x SPLIT_ROW_KS). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -125,7 +123,6 @@ def main() -> int:
         SPLIT_ROW_KS,
         SPLIT_ROW_TILES,
         SPLIT_TILES,
-        WAVE_SPLIT_TILES,
         MatmulConfig,
     )
     from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
@@ -137,7 +134,6 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--persistent", action="store_true", help="the table's choice and the persistent programs")
     parser.add_argument("--split", action="store_true", help="the table's choice and split-K programs")
-    parser.add_argument("--wave-split", action="store_true", help="the table's choice and last wave splits")
     parser.add_argument("--rows", default=None, help="comma-separated row counts instead of the default set")
     parser.add_argument("--shapes", default=None, help="comma-separated names of SHAPES (and square_4096)")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -232,15 +228,10 @@ def main() -> int:
                                                                      (128, 256, 64, 8, 3))
                                    for splits in (1, *SPLIT_ROW_KS)
                                    if k >= 2 * splits * bk and bm <= max(16, triton.next_power_of_2(m))]
-        if args.wave_split and m > 16:
-            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, last_wave_split=slices)
-                                   for bm, bn, bk, warps, stages in WAVE_SPLIT_TILES for slices in (1, 4, 8)
-                                   if k >= 2 * bk and bm <= max(16, triton.next_power_of_2(m))]
         for config in persistent_configs:
             label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
                      *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent
-                       else [f"split {config.split_k}"]),
-                     *([f"last wave {config.last_wave_split}"] if config.last_wave_split > 1 else [])]
+                       else [f"split {config.split_k}"])]
             try:
                 launch = rendered_launcher(program, arch, library.prelude, config, m)
                 out.fill_(float("nan"))
@@ -267,7 +258,7 @@ def main() -> int:
         print(f"{name:15} M={m:>5} N={n:>5} K={k:>4}: table {table_entry['config']} {table_entry['ms'] * 1e3:8.1f} us "
               f"({table_entry['gb_s'] / copy_gbs:5.0%} of copy bw, {table_entry['tflops']:6.1f} TFLOP/s, "
               f"{cublas_ms / table_entry['ms']:5.0%} of cuBLAS {cublas_ms * 1e3:.1f} us, err {table_entry['rel_err']:.1e})"
-              + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep or args.persistent or args.wave_split else "")
+              + (f"; best {best['config']} {best['ms'] * 1e3:.1f} us" if args.sweep or args.persistent else "")
               + (f"; best persistent {min(persistent, key=lambda c: c['ms'])['config']} "
                  f"{min(c['ms'] for c in persistent) * 1e3:.1f} us" if (persistent := [c for c in ok if "persistent" in c["config"]]) else "")
               + (f"; best split {min(split, key=lambda c: c['ms'])['config']} {min(c['ms'] for c in split) * 1e3:.1f} us"

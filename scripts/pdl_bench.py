@@ -14,14 +14,12 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R;
 - `unpaired`: the defaults with ir/paired_products.py's pass skipped (a gated MLP's gate and up projections
   as two kernels, as before session 20);
-- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20);
-- `nowavesplit`: the defaults without the last wave split among tuning's candidates (before session 21).
+- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
 `always`, launched with it (the runtime's default); `nographs`, the `policy` package in a session without CUDA
-graphs; `nowavesplit`, the defaults with tuning offered no last wave split (matmul_config.WAVE_SPLIT_MIN_ROWS, before
-session 21; meaningful with --tune). All are timed with CUDA graphs and device tensors, interleaved
+graphs. All are timed with CUDA graphs and device tensors, interleaved
 round by round so that drift reaches all alike: the median of each round's median wall ms. The launch policies'
 outputs must equal the reference's bit for bit (the first of --runs: `none/off` unless left out); a variant that
 changes the kernels (`unpaired`, `buckets4x`) may round differently, so each run's largest difference to the
@@ -51,13 +49,12 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
-            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
-            "nowavesplit": {"lowering.backends.cuda.matmul_config.WAVE_SPLIT_MIN_ROWS": 10**9}}
+            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4}}
 # (package, the session's options, label, environment while the package loads)
 OFF = {"cuda_pdl": False}
 RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
         ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
-        ("policy", {"cuda_graphs": False}, "nographs", {}), ("nowavesplit", {}, "nowavesplit", {}))
+        ("policy", {"cuda_graphs": False}, "nographs", {}))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time

@@ -3,10 +3,7 @@ tiles up to 16 rows and in 2 with 64 x 128 tiles above, exported through aotpack
 export itself checks it against eager on the GPU over the range), then run through the C++ runtime: with CUDA
 graphs bit-identical to graph-off runs and to itself run after run (the partial sums meet in a fixed order
 whichever program arrives last), at many row counts (up to 768 tiles, several programs an SM), and right
-against eager. Tuning chooses split-K by timing; this forces it so that it always runs. The same for the last
-wave split (MatmulConfig.last_wave_split: whole waves of tiles, then the last wave's tiles in slices), forced
-from 17 rows with 64 x 128 tiles, so that a launch has whole tiles and split ones in every shape from 1100 rows
-(up to 768 tiles of `up`: five whole waves of 132 and 108 tiles whole again; 1100 rows: 414 tiles, 18 split)."""
+against eager. Tuning chooses split-K by timing; this forces it so that it always runs."""
 
 from __future__ import annotations
 
@@ -35,15 +32,13 @@ class Mlp(nn.Module):
         return x + self.down(nn.functional.gelu(self.up(x)))
 
 
-@pytest.fixture(scope="module", params=["split_k", "last_wave_split"])
-def split(request, tmp_path_factory, cuda_arch):
+@pytest.fixture(scope="module")
+def split(tmp_path_factory, cuda_arch):
     from aotpack.lowering.backends.cuda import render
     from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 
     def split_everywhere(m, n, k, *args, **kwargs):
         # 64 x 128 tiles from 17 rows: at 2048 rows, 768 tiles of `up` and 192 of `down`, 2 programs each
-        if request.param == "last_wave_split":
-            return MatmulConfig(16, 32, 128, 8, 4, 4) if m <= 16 else MatmulConfig(64, 128, 64, 8, 4, 4, last_wave_split=4)
         return MatmulConfig(16, 32, 128, 8, 4, 4, split_k=4) if m <= 16 else MatmulConfig(64, 128, 64, 8, 4, 4, split_k=2)
 
     torch.manual_seed(0)
@@ -53,7 +48,7 @@ def split(request, tmp_path_factory, cuda_arch):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(render, "matmul_config", split_everywhere)
         # untuned: tuning would time the candidates and might not choose split-K
-        result = aotpack.export(model, spec.example_inputs, tmp_path_factory.mktemp("split") / f"{request.param}.aotpack",
+        result = aotpack.export(model, spec.example_inputs, tmp_path_factory.mktemp("split") / "mlp.aotpack",
                                 dynamic_shapes=dict(spec.dynamic_axes), ranges=dict(spec.dynamic_ranges), target="cuda",
                                 cuda_arch=(cuda_arch,), tune=False)
     return model, result
@@ -65,11 +60,7 @@ def test_the_package_splits_every_bucket_and_verified_them_on_this_gpu(split):
         cuda = json.loads(z.read("program.json"))["cuda"]
     # each product's launches: its bucket variants, and the step's own launch for the last bucket
     launches = [e for s in cuda["steps"] if "variants" in s for e in (s, *s["variants"]["buckets"])]
-    assert len(launches) >= 6, launches
-    if "last_wave" in result.path.name:  # every bucket from 17 rows
-        assert all("split" in e for e in launches if e.get("upto", 2048) > 16), launches
-    else:
-        assert all("split" in e for e in launches), launches
+    assert len(launches) >= 6 and all("split" in e for e in launches), launches
     assert {b["upto"] for b in launches if "upto" in b} >= {16, 128}, launches
     record = result.verification  # the export ran the package on this GPU, the split buckets among its points
     assert record["passed"] and not record["not_verified"], record

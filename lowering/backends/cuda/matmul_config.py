@@ -44,10 +44,6 @@ class MatmulConfig:
     # split-K: SPLIT_K programs per output tile, each summing one slice of the depth; the last of them to
     # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja)
     split_k: int = 1
-    # the last wave split: the tiles that fill whole waves of the GPU's SMs run whole, and each tile of the last,
-    # partial wave in up to this many slices of the depth, as many as keep that wave within the SMs, finished as
-    # split-K's are (templates/triton/matmul.py.jinja); 1: off
-    last_wave_split: int = 1
 
 
 def _pow2(n: int) -> int:
@@ -151,14 +147,6 @@ def split_candidates(m: int, n: int, k: int, arch: int | None) -> list[MatmulCon
             and k >= splits * bk]
 
 
-# Tiles tuning times with their last wave split (MatmulConfig.last_wave_split) in up to WAVE_SPLIT slices, from
-# WAVE_SPLIT_MIN_ROWS rows: between 512 and 2048 rows the table's tiles ran at 62-88% of cuBLAS, the SMs idle
-# in a last wave of few tiles (GPT-2's qkv at 2048 rows: 288 128 x 128 tiles, 2.18 waves of 132).
-WAVE_SPLIT_TILES = ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4))
-WAVE_SPLIT = 4
-WAVE_SPLIT_MIN_ROWS = 256
-
-
 # The table's persistent programs (sm_90+): up to 2048 rows, then above. H200, Triton 3.6,
 # `scripts/gpu_matmul_bench.py OUT --persistent --rows 2048,4096,16384` over GPT-2's and BERT-base's projections
 # and 4096^3 (docs/data/matmul_persistent_h200.json, docs/performance.md): against the tiled table, 2048 rows
@@ -211,14 +199,12 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
 
 
 def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
-                      store_bytes: int = 4, wave_split: bool = False) -> list[MatmulConfig]:
+                      store_bytes: int = 4) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
-    table), split-K programs of the products whose tiles fill under a wave (split_candidates), where
-    `wave_split` (the renderer's word that the product can split its last wave) the large tiles with their
-    last wave split from WAVE_SPLIT_MIN_ROWS rows, then, where `tma` (the renderer's word that every target is
-    sm_90+ and TMA can read both operands), persistent TMA programs. float32 and float64 products keep the
-    table's choice."""
+    table), split-K programs of the products whose tiles fill under a wave (split_candidates), then, where
+    `tma` (the renderer's word that every target is sm_90+ and TMA can read both operands), persistent TMA
+    programs. float32 and float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
@@ -226,9 +212,6 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
             for bm, bn, bk, warps, stages in HALF_CANDIDATES
             if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n)) and (bm == 16) == (m <= 16)]
     fits += split_candidates(m, n, k, arch)
-    if wave_split and m >= WAVE_SPLIT_MIN_ROWS:
-        fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, last_wave_split=WAVE_SPLIT)
-                 for bm, bn, bk, warps, stages in WAVE_SPLIT_TILES if bn <= max(16, _pow2(n)) and k >= 2 * bk]
     if tma and m >= TMA_MIN_ROWS:
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
                  for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]

@@ -117,7 +117,7 @@ class TritonRenderer(KernelRenderer):
             return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
                                      self.operand_dtype(kernel.a), self.arch,
                                      tma=self.tma and self.tma_operands(kernel) is not None,
-                                     store_bytes=_store_bytes(kernel), wave_split=self._wave_splittable(kernel))
+                                     store_bytes=_store_bytes(kernel))
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
                                         kernel.dtype == "float32")
@@ -451,11 +451,6 @@ class TritonRenderer(KernelRenderer):
         if split:
             constexprs["SPLIT_K"] = config.split_k
         operands["split_k"] = split
-        sms = SM_COUNT.get(self.arch, min(SM_COUNT.values()))
-        wave_split = self._last_wave_split(k, config)
-        if wave_split:
-            constexprs.update(WAVE_SPLIT=wave_split, SMS=sms)
-        operands["wave_split"] = bool(wave_split)
         operands["prefetch"] = self._weight_prefetch(k, config)
         if operands["prefetch"]:
             constexprs["PF_ROWS"] = operands["prefetch"]["rows"]
@@ -473,28 +468,13 @@ class TritonRenderer(KernelRenderer):
             # take one tile more (correct, a little unbalanced)
             grid = (sympy.Min(grid[0], SM_COUNT.get(self.arch, min(SM_COUNT.values()))), sympy.Integer(1),
                     sympy.Integer(1))
-        if wave_split:
-            # the tiles of whole waves, then each of the rest in as many slices as keep them within one wave
-            # (at least 1, at most WAVE_SPLIT): the kernel derives the same numbers from M and N
-            tiles = grid[0]
-            whole = tf.FloorDiv(tiles, sympy.Integer(sms)) * sms
-            slices = sympy.Max(1, sympy.Min(wave_split, tf.FloorDiv(sympy.Integer(sms), sympy.Max(tiles - whole, 1))))
-            grid = (whole + (tiles - whole) * slices, sympy.Integer(1), sympy.Integer(1))
-        params = self._params(k, exprs, bool(checks), constexprs, split or bool(wave_split))
+        params = self._params(k, exprs, bool(checks), constexprs, split)
         compute = {"float64": "tl.float64", "float32": "tl.float32"}.get(operand_dtype)
         split_meta = {}
         if split:  # sized for the bucket's largest launch, which the runtime checks each launch against
             programs = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn) * self.max(k.batch) * config.split_k
             split_meta = {"split_programs": programs, "split_tile_bytes": bm * bn * 4,
                           "fallback": self.render_with(k, dataclasses.replace(config, split_k=1))}
-        elif wave_split:
-            # The runtime gives a count per program, and programs * tile_bytes of workspace: a launch has at most
-            # the bucket's tiles plus a wave of programs, and the split tiles' slices (at most one wave) each
-            # write a float32 tile, so tile_bytes is spread to cover those.
-            programs = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn) + sms
-            tile_bytes = -(-(sms * bm * bn * 4) // programs)
-            split_meta = {"split_programs": programs, "split_tile_bytes": -(-tile_bytes // 4) * 4,
-                          "fallback": self.render_with(k, dataclasses.replace(config, last_wave_split=1))}
         return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
             "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
@@ -522,23 +502,6 @@ class TritonRenderer(KernelRenderer):
         if config.persistent or k.dtype == "float64" or config.split_k < 1:
             raise UnsupportedError(f"split-K {config.split_k} needs a tiled product with float32 accumulation")
         return True
-
-    def _last_wave_split(self, k: MatmulKernel, config: MatmulConfig) -> int:
-        """The most slices a tile of the last wave runs in (0: the product runs every tile whole): refused where
-        the product is persistent, split-K already, batched, accumulates in float64 or has a depth that is not
-        a constant; capped at the depth's BK steps, so that no slice is empty."""
-        if config.last_wave_split == 1:
-            return 0
-        if config.persistent or config.split_k != 1 or config.last_wave_split < 1 or not self._wave_splittable(k):
-            raise UnsupportedError(f"a last wave split in {config.last_wave_split} needs a tiled, unbatched product "
-                                   "of a constant depth with float32 accumulation")
-        return max(1, min(config.last_wave_split, int(k.k) // config.bk))
-
-    @staticmethod
-    def _wave_splittable(k: MatmulKernel) -> bool:
-        """Whether the product's last wave can be split: one batch (the waves are counted over one grid of
-        tiles), a constant depth and float32 partial sums."""
-        return k.dtype != "float64" and sympy.sympify(k.batch) == 1 and sympy.sympify(k.k).is_Integer
 
     def _weight_prefetch(self, k: MatmulKernel, config: MatmulConfig) -> dict[str, int] | None:
         """How a few-row product fetches its program's columns of a weight b into L2 before it waits for the
