@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from .... import knobs, runtime_files
 from ....errors import AotpackError
+from ..cache_file import write_cache_file
 
 # aotpack_kernel_abi.h: installed with the runtime in a wheel, in runtime_cpp/include in a source checkout.
 ABI_INCLUDE = runtime_files.include_dir()
@@ -52,8 +52,5 @@ def compile_cpp_library(source: str, isa: str) -> bytes:
                 f"model. Compiler output:\n{result.stderr[-4000:]}"
             )
         data = (Path(tmp) / "kernels.so").read_bytes()
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    part = cached.with_suffix(".partial")
-    part.write_bytes(data)
-    shutil.move(part, cached)
+    write_cache_file(cached, data)
     return data

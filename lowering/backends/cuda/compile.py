@@ -17,7 +17,6 @@ import json
 import multiprocessing
 import os
 import re
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 from .... import knobs, progress
 from ....errors import AotpackError
 from ...codegen.library import RenderedLibrary
+from ..cache_file import write_cache_file
 from .render import TritonKernel
 
 
@@ -112,9 +112,7 @@ def _load_module(source: str, directory: Path):
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     path = directory / f"aotpack_triton_{digest}.py"
     if not path.exists():
-        part = path.with_suffix(".partial")
-        part.write_text(source)
-        os.replace(part, path)
+        write_cache_file(path, source)
     name = f"aotpack_triton_{digest}"
     if name in sys.modules:
         return sys.modules[name]
@@ -211,9 +209,7 @@ def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> 
         compiled[arch, kernel.name] = result
         for path, data in ((cubin_path, result.cubin),
                            (meta_path, json.dumps({k: v for k, v in result.__dict__.items() if k != "cubin"}).encode())):
-            part = path.with_suffix(".partial")
-            part.write_bytes(data)
-            shutil.move(part, path)
+            write_cache_file(path, data)
     for arch in archs:
         limit = SHARED_MEMORY_PER_BLOCK.get(arch)
         for kernel in library.kernels:

@@ -21,7 +21,6 @@ import contextvars
 import fcntl
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from ...codegen.library import RenderedLibrary
 from ...ir.dtypes import DTYPES, is_float
 from ...ir.kernels import AttentionKernel, Kernel, MatmulKernel, Program
 from ...ir.symbolic import evaluate
+from ..cache_file import write_cache_file
 from .attention_config import AttentionConfig
 from .compile import shared_memory_limit
 from .matmul_config import MatmulConfig
@@ -274,10 +274,7 @@ class Timer:
 
     def save(self) -> None:
         """The cache file with this export's times added (callers hold the timing lock)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        part = self.path.with_suffix(f".{os.getpid()}.partial")
-        part.write_text(json.dumps({**_read_cache(self.path), **self.cache}, sort_keys=True))
-        os.replace(part, self.path)
+        write_cache_file(self.path, json.dumps({**_read_cache(self.path), **self.cache}, sort_keys=True))
 
 
 @contextlib.contextmanager
