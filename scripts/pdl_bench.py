@@ -54,7 +54,8 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
 OFF = {"cuda_pdl": False}
 RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
         ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
-        ("policy", {"cuda_graphs": False}, "nographs", {}))
+        ("policy", {"cuda_graphs": False}, "nographs", {}),
+        ("policy", {}, "flagsafter", {"AOTPACK_CUDA_CLEAR_FLAGS_AFTER": "1"}))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time
@@ -216,7 +217,7 @@ def main() -> int:
                 point["timeline"] = {key: timeline(lambda s=s, dev=dev: s.run(dev)) for key, s in sessions.items()}
             results["points"].append(point)
             shown = ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference", "timeline")
-            print(json.dumps({k: point[k] for k in shown}), flush=True)
+            print(json.dumps({k: point[k] for k in shown if k in point}), flush=True)
             (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
     return 0
 
