@@ -19,7 +19,7 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
 `always`, launched with it (the runtime's default); `nographs`, the `policy` package in a session without CUDA
-graphs. All are timed with CUDA graphs and device tensors, interleaved
+graphs. The others are timed with CUDA graphs; all with device tensors, interleaved
 round by round so that drift reaches all alike: the median of each round's median wall ms. The launch policies'
 outputs must equal the reference's bit for bit (the first of --runs: `none/off` unless left out); a variant that
 changes the kernels (`unpaired`, `buckets4x`) may round differently, so each run's largest difference to the
@@ -54,8 +54,7 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
 OFF = {"cuda_pdl": False}
 RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
         ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
-        ("policy", {"cuda_graphs": False}, "nographs", {}),
-        ("policy", {}, "flagsafter", {"AOTPACK_CUDA_CLEAR_FLAGS_AFTER": "1"}))
+        ("policy", {"cuda_graphs": False}, "nographs", {}))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -195,8 +194,6 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   void* flags = nullptr;
   AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(sizeof(int32_t) * num_flags, "the error flags", &flags));
   s->host_flags_ = static_cast<int32_t*>(flags);
-  const char* after = std::getenv("AOTPACK_CUDA_CLEAR_FLAGS_AFTER");
-  s->clear_flags_after_ = after && std::strcmp(after, "1") == 0;
   if (timings_enabled()) {
     const uint64_t device_bytes = static_cast<uint64_t>(program.arena_bytes);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - memory_start).count();
@@ -387,13 +384,8 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 }
 
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
-  const Driver& d = *device_->driver;
-  if (clear_flags_after_ && flags_dirty_) {  // outside any graph: only after a run that failed (or the first)
-    AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * std::max<size_t>(launches_.size(), 1),
-                                          stream_), "clearing the error flags");
-  }
-  flags_dirty_ = true;  // until this run's read has cleared them
   if (!graphs_) return queue_steps(symbols);
+  const Driver& d = *device_->driver;
   ++graph_clock_;
   Graph* g = find_graph(symbols);
   if (!g) {
@@ -486,9 +478,8 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
-  if (!clear_flags_after_)
-    AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * std::max<size_t>(plan.steps.size(), 1), stream_),
-                       "clearing the error flags");
+  AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * std::max<size_t>(plan.steps.size(), 1), stream_),
+                     "clearing the error flags");
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const CudaStep& step = plan.steps[i];
     size_t kernel = 0;
@@ -562,8 +553,6 @@ Status CudaWorkspace::queue_flag_read() {
   if (n > 0)
     AOTPACK_CUDA_CHECK(d, cuMemcpyDtoHAsync(host_flags_, error_flags_, sizeof(int32_t) * n, stream_),
                        "reading the error flags");
-  if (clear_flags_after_ && n > 0)
-    AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * n, stream_), "clearing the error flags");
   return Status();
 }
 
@@ -574,7 +563,6 @@ Status CudaWorkspace::finish() {
   const CudaPlan& plan = executable_->plan();
   CUresult r = d.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model on ", dev.label).c_str());
-  flags_dirty_ = false;  // read, and (clear_flags_after_) cleared on the stream after the read
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     int32_t v = host_flags_[i];
     if (v == 0) continue;

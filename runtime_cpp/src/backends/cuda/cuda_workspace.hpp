@@ -119,11 +119,6 @@ class CudaWorkspace final : public Workspace {
   std::vector<void*> retired_staging_;          // outgrown staging memory, freed with the session (grow_staging)
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
   cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
-  // EXPERIMENT (session 21, AOTPACK_CUDA_CLEAR_FLAGS_AFTER=1): the flags cleared after their read at the end of
-  // a run instead of before its first kernel, so that a graph starts with a kernel; flags_dirty_: a run that
-  // failed before its read may have left some set, cleared before the next.
-  bool clear_flags_after_ = false;
-  bool flags_dirty_ = true;
   // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
