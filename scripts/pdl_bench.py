@@ -14,7 +14,9 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `early<=R` for each R of --early-rows: the defaults with EARLY_LAUNCH_ROWS = R;
 - `unpaired`: the defaults with ir/paired_products.py's pass skipped (a gated MLP's gate and up projections
   as two kernels, as before session 20);
-- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20).
+- `buckets4x`: the defaults with buckets cut every factor of 4 above 2048 rows (ir/buckets.py, before session 20);
+- `untransposed`: the defaults with [K, N] weights (GPT-2's Conv1D) kept [K, N] (backends/cuda/weight_layout.py's
+  pass skipped: before session 21).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
@@ -49,12 +51,13 @@ from gpu_bench import MODELS, median_ms  # this script's neighbour: the same mod
 # policy: the lowering/backends/cuda/render.py constants its export sets ({}: the exporter's defaults)
 VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
-            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4}}
+            "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
+            "untransposed": {"skip_passes": ["lowering.backends.cuda.backend.transpose_kn_weights"]}}
 # (package, the session's options, label, environment while the package loads)
 OFF = {"cuda_pdl": False}
 RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
         ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
-        ("policy", {"cuda_graphs": False}, "nographs", {}))
+        ("policy", {"cuda_graphs": False}, "nographs", {}), ("untransposed", {}, "untransposed", {}))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time
@@ -64,9 +67,10 @@ from aotpack.lowering.backends.cuda import render
 from aotpack.api import export_model_file
 model_file, package, arch, constants, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 for name, value in json.loads(constants).items():
-    if name == "skip_passes":  # IR passes that `lower` (lowering/stages.py) calls, left out
+    if name == "skip_passes":  # IR passes left out: those `lower` (lowering/stages.py) calls, or another module's
         for skipped in value:
-            setattr(stages, skipped, lambda program: program)
+            module, attr = skipped.rsplit(".", 1) if "." in skipped else (None, skipped)
+            setattr(importlib.import_module("aotpack." + module) if module else stages, attr, lambda program: program)
     elif "." in name:  # another module's constant: "lowering.ir.buckets.LATER_FACTOR"
         module, constant = name.rsplit(".", 1)
         setattr(importlib.import_module("aotpack." + module), constant, value)

@@ -9,8 +9,9 @@ from ....packages.writer import canonical_json
 from ...codegen.library import RenderedLibrary
 from ...codegen.printer import to_json
 from ...ir.kernels import Program
-from ..interface import Artifacts, Backend
+from ..interface import Artifacts, Backend, LayoutPass
 from .render import TritonKernel, render_triton_library
+from .weight_layout import transpose_kn_weights
 
 
 class CudaBackend(Backend):
@@ -20,6 +21,10 @@ class CudaBackend(Backend):
     @property
     def archs(self) -> tuple[int, ...]:
         return self.target.archs
+
+    def layout_passes(self) -> tuple[tuple[str, LayoutPass], ...]:
+        # the module's global, looked up at each call: scripts/pdl_bench.py's variants may replace it
+        return (("transpose_kn_weights", transpose_kn_weights),)
 
     def render(self, program: Program) -> RenderedLibrary:
         return render_triton_library(program, self.archs, tune=self.target.tune)
