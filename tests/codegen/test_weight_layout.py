@@ -129,3 +129,30 @@ def test_refit_without_the_model_names_the_transposed_weights_in_its_hint(tmp_pa
     own = save({k: v.detach().contiguous() for k, v in model.state_dict().items()})
     with pytest.raises(RefitError, match=r"\*\.transposed"):
         check_weights(result.path, own, "the model's state dict")
+
+
+def test_refit_with_the_model_lays_out_new_weights_as_export_did(tmp_path):
+    """`aotpack refit --model` lowers the model as export does, layout passes included: the retrained [K, N]
+    parameter lands in the package transposed, and the package verifies with it."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    from aotpack.api import export_model_file
+    from aotpack.refit import refit_package
+    from safetensors.torch import load, save_file
+
+    model_file = tmp_path / "block.py"
+    model_file.write_text(BLOCK + "\ntorch.manual_seed(0)\nmodel = Block().eval()\nexample_inputs = "
+                          "(torch.randint(0, 50, (2, 5)),)\ndynamic_axes = {'ids': {1: 'seq'}}\n"
+                          "dynamic_ranges = {'seq': (1, 40)}\n")
+    package = tmp_path / "block.aotpack"
+    export_model_file(model_file, package, target="cpu,cuda", cuda_arch="90", dtype="bf16")
+    retrained = block()
+    with torch.no_grad():
+        retrained.w_kn.mul_(-0.5)
+    weights = tmp_path / "retrained.safetensors"
+    save_file({k: v.contiguous() for k, v in retrained.state_dict().items()}, str(weights))
+    out = tmp_path / "refit.aotpack"
+    manifest = refit_package(package, weights, out, model_file=model_file, dtype="bf16")
+    assert manifest["verification"]["passed"] is True, manifest["verification"]
+    with zipfile.ZipFile(out) as z:
+        stored = load(z.read("weights.safetensors"))
+    assert torch.equal(stored["w_kn.transposed"], retrained.w_kn.detach().to(torch.bfloat16).t())
