@@ -19,6 +19,7 @@ file refuses (as it does *.panels16 and *.paired), and refit with it lays out ag
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import sympy
 
@@ -48,8 +49,9 @@ def transpose_kn_weights(program: Program) -> Program:
     for t, step in enumerate(program.steps):
         for name in step.reads():
             readers.setdefault(name, []).append(t)
+    sources = Counter(buf.source for buf in program.buffers.values() if buf.kind == "weight")
     chosen = [name for name, buf in program.buffers.items()
-              if buf.kind == "weight" and name in readers
+              if buf.kind == "weight" and name in readers and sources[buf.source] == 1
               and all(_reads_kn(program, program.steps[t], name) and name not in _read_besides_b(program.steps[t])
                       for t in readers[name])]
     if not chosen:
