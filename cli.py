@@ -79,8 +79,8 @@ def main() -> None:
               help="User metadata for the manifest (license, source revision, ...); repeatable.")
 @click.option("--dump", "dump", multiple=True, metavar="STAGE",
               help="Print a lowering stage's output; repeatable. The stages are the targets': lower, "
-                   "prepack_weights (cpu), plan_memory, render_cpp and compile_cpp (cpu), render_triton and "
-                   "compile_triton (cuda), serialize.")
+                   "prepack_weights (cpu), transpose_kn_weights (cuda), plan_memory, render_cpp and compile_cpp "
+                   "(cpu), render_triton and compile_triton (cuda), serialize.")
 @click.option("--dtype", "dtype", metavar="DTYPE", help="Cast floating weights and inputs first: fp32, bf16 or fp16.")
 @click.option("--verify", "verify", type=click.Choice(["range", "example", "off"]), default="range", show_default=True,
               help="Run the package against PyTorch before writing it: at the examples and the ends and inside of "

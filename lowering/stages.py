@@ -9,15 +9,16 @@
                      they copy, and ir/row_fusion.py fuses row reductions and their pointwise consumer into
                      row kernels)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
-                     out in the panels its kernel reads)
+                     out in the panels its kernel reads; cuda: transpose_kn_weights, [K, N] weights stored
+                     [N, K] as nn.Linear's are)
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
     render_<lang>    kernel IR -> one library of kernels from templates/<lang>/, per backend (codegen/ core,
                      backends/<kind>/ spellings): render_cpp, render_triton
     compile_<lang>   library -> binaries, per backend: compile_cpp (kernels.so), compile_triton (cubins)
     serialize        everything -> program.json's plain data (packages/program.py writes it)
 
-A package for `--target cpu,cuda` runs lower, prepack_weights, plan_memory, render_cpp, compile_cpp,
-render_triton, compile_triton, serialize. The IR is verified after every stage that changes it. Any
+A package for `--target cpu,cuda` runs lower, prepack_weights, transpose_kn_weights, plan_memory, render_cpp,
+compile_cpp, render_triton, compile_triton, serialize. The IR is verified after every stage that changes it. Any
 stage's output can be printed with `aotpack export --dump STAGE`.
 """
 

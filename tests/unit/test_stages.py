@@ -15,11 +15,12 @@ CUDA = CudaTarget((90,))
 def test_each_target_brings_its_own_stages():
     assert stage_names(Targets(CPU, None)) == (
         "lower", "prepack_weights", "plan_memory", "render_cpp", "compile_cpp", "serialize")
-    # no CPU target: no CPU layout pass, so a CUDA-only package keeps its weights as they are
-    assert stage_names(Targets(None, CUDA)) == ("lower", "plan_memory", "render_triton", "compile_triton", "serialize")
+    # no CPU target: no CPU panels; the CUDA layout pass stores [K, N] weights [N, K] (backends/cuda/weight_layout.py)
+    assert stage_names(Targets(None, CUDA)) == (
+        "lower", "transpose_kn_weights", "plan_memory", "render_triton", "compile_triton", "serialize")
     assert stage_names(Targets(CPU, CUDA)) == (
-        "lower", "prepack_weights", "plan_memory", "render_cpp", "compile_cpp", "render_triton", "compile_triton",
-        "serialize")
+        "lower", "prepack_weights", "transpose_kn_weights", "plan_memory", "render_cpp", "compile_cpp", "render_triton",
+        "compile_triton", "serialize")
 
 
 def test_backends_follow_the_targets_cpu_first():
