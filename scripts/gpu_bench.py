@@ -241,21 +241,42 @@ def cold_start_fresh_process(package: Path, batch: int, repeat: int = 3) -> dict
 # ---- one model -------------------------------------------------------------------------------------------
 
 
+def example_on_gpu(name: str):
+    """The example's module (for its inputs) and its model at full size in bfloat16 on the GPU: eager's, and
+    what torch.compile compiles."""
+    import torch
+    from aotpack.exporter import load_model_file
+    from gpu_acceptance import example_module
+
+    model_file = REPO / "examples" / name / "model.py"
+    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+    module = example_module(model_file)
+    return module, copy.deepcopy(load_model_file(model_file).model).to(torch.bfloat16).eval().cuda()
+
+
+def eager_ms(model, dev: list, repeat: int) -> float:
+    """Eager PyTorch's median wall ms for one call on the device inputs."""
+    import torch
+    from gpu_acceptance import flat_outputs
+
+    def run():
+        with torch.no_grad():
+            return flat_outputs(model(*dev))
+
+    return median_ms(run, repeat)
+
+
 def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable[[dict], None], row: dict) -> dict:
     """Phase 1 for one model, filling `row`: cold start, aotpack's columns and eager at each seq. Returns what
     phase 2 (peers_compiled) needs: the bf16 model and the inputs."""
     import torch
     from aotpack import runtime
-    from aotpack.exporter import load_model_file
     from aotpack.verification import to_numpy
-    from gpu_acceptance import example_module, flat_outputs, make_inputs
+    from gpu_acceptance import make_inputs
 
     _, batch, _ = MODELS[name]
     package = Path(exported["package"])
-    model_file = REPO / "examples" / name / "model.py"
-    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
-    module = example_module(model_file)
-    bf16_model = copy.deepcopy(load_model_file(model_file).model).to(torch.bfloat16).eval().cuda()
+    module, bf16_model = example_on_gpu(name)
 
     first = make_inputs(name, module, batch, 1)
     first_dev = [x.cuda() for x in first]
@@ -292,12 +313,7 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
         measure_point(p, graphs, no_pdl, direct, host, dev, host_in, repeat)
         p["no_pdl_equal_graphs"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(no_pdl.run(dev), graphs.run(dev)))
-
-        def eager_run(dev=dev):
-            with torch.no_grad():
-                return flat_outputs(bf16_model(*dev))
-
-        p["eager_ms"] = median_ms(eager_run, repeat)
+        p["eager_ms"] = eager_ms(bf16_model, dev, repeat)
         judge_point(p)
         row["points"].append(p)
         emit(p)
@@ -366,25 +382,15 @@ def peers_compiled(state: dict, row: dict, key: str, mode: str | None, clock: Cl
 def peers_state(name: str, seqs: tuple[int, ...], emit: Callable[[dict], None], row: dict) -> dict:
     """--peers-only's phase 1 for one model: eager at each seq (the points the compiled peers then fill), and
     what peers_compiled needs, without any aotpack package."""
-    import torch
-    from aotpack.exporter import load_model_file
-    from gpu_acceptance import example_module, flat_outputs, make_inputs
+    from gpu_acceptance import make_inputs
 
     _, batch, _ = MODELS[name]
-    model_file = REPO / "examples" / name / "model.py"
-    os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
-    module = example_module(model_file)
-    bf16_model = copy.deepcopy(load_model_file(model_file).model).to(torch.bfloat16).eval().cuda()
+    module, bf16_model = example_on_gpu(name)
     inputs_at: dict[int, list] = {}
     row["points"] = []
     for seq in seqs:
         dev = inputs_at[seq] = [x.cuda() for x in make_inputs(name, module, batch, seq)]
-
-        def eager_run(dev=dev):
-            with torch.no_grad():
-                return flat_outputs(bf16_model(*dev))
-
-        p = {"model": name, "seq": seq, "eager_ms": median_ms(eager_run, 50 if seq <= 512 else 20)}
+        p = {"model": name, "seq": seq, "eager_ms": eager_ms(bf16_model, dev, 50 if seq <= 512 else 20)}
         row["points"].append(p)
         emit(p)
     return {"model": bf16_model, "inputs": inputs_at}

@@ -34,7 +34,6 @@ come.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
@@ -53,11 +52,10 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
             "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
             "untransposed": {"skip_passes": ["lowering.backends.cuda.backend.transpose_kn_weights"]}}
-# (package, the session's options, label, environment while the package loads)
-OFF = {"cuda_pdl": False}
-RUNS = (("none", OFF, "none/off", {}), ("none", {}, "none/wait", {}), ("policy", {}, "policy", {}),
-        ("always", {}, "always", {}), ("unpaired", {}, "unpaired", {}), ("buckets4x", {}, "buckets4x", {}),
-        ("policy", {"cuda_graphs": False}, "nographs", {}), ("untransposed", {}, "untransposed", {}))
+# (package, the session's options, label)
+RUNS = (("none", {"cuda_pdl": False}, "none/off"), ("none", {}, "none/wait"), ("policy", {}, "policy"),
+        ("always", {}, "always"), ("unpaired", {}, "unpaired"), ("buckets4x", {}, "buckets4x"),
+        ("policy", {"cuda_graphs": False}, "nographs"), ("untransposed", {}, "untransposed"))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time
@@ -103,21 +101,6 @@ def export_variants(names: list[str], variants: list[str], arch: int, tune: bool
         if rc == 0:
             done[key] = package
     return done
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """os.environ with `values` set, restored after: the runtime reads some knobs when a package loads."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def timeline(fn, calls: int = 7) -> dict:
@@ -179,7 +162,7 @@ def main() -> int:
     reference_label = runs[0][2]
     for rows in filter(None, args.early_rows.split(",")):
         VARIANTS[f"early<={rows}"] = {"EARLY_LAUNCH_ROWS": int(rows)}
-        runs.append((f"early<={rows}", {}, f"early<={rows}", {}))
+        runs.append((f"early<={rows}", {}, f"early<={rows}"))
     import torch
     from aotpack import runtime
     from gpu_acceptance import example_module, make_inputs
@@ -195,12 +178,10 @@ def main() -> int:
         if (name, runs[0][0]) not in packages:
             continue
         sessions = {}
-        for variant, options, label, load_env in runs:
+        for variant, options, label in runs:
             if (name, variant) not in packages:
                 continue
-            with environment(load_env):
-                sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device",
-                                                                                   **options)
+            sessions[label] = runtime.Model(packages[(name, variant)]).session(device="cuda", io="device", **options)
         module = example_module(REPO / "examples" / name / "model.py")
         for seq in (int(s) for s in args.seqs.split(",")):
             dev = [x.cuda() for x in make_inputs(name, module, MODELS[name][1], seq)]

@@ -24,7 +24,7 @@ from dataclasses import replace
 import sympy
 
 from . import scalar
-from .kernels import ACC, MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
+from .kernels import ACC, Kernel, MatmulKernel, PointwiseKernel, Program, epilogue_vars, product_value
 from .scalar import Load
 from .symbolic import (
     column_of,
@@ -60,6 +60,13 @@ def has_epilogue_reader(program: Program, t: int) -> bool:
     return _fuse_one(list(program.steps), t, program) is not None
 
 
+def can_move_up(p: Kernel, x: str, between) -> bool:
+    """Whether step P, which reads the product's output x, can run where the product runs, across the steps
+    `between` them: none of those writes what P reads besides x, writes P's output or reads it."""
+    reads = set(p.reads()) - {x}
+    return not any(s.output in reads or s.output == p.output or p.output in s.reads() for s in between)
+
+
 def _product_readers(steps: list, t: int, program: Program) -> list[int] | None:
     """The steps that read (or update) step t's output, when step t is a floating product with no epilogue
     yet whose output is an intermediate: what an epilogue may be taken from."""
@@ -85,9 +92,7 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
     own = [load for load in scalar.loads(p.value) if load.buffer == x]
     if any(load.indirect or sympy.expand(fold_div_mod(load.index) - index) != 0 for load in own):
         return None
-    between = steps[t + 1:r]
-    reads = set(p.reads()) - {x}
-    if any(s.output in reads or s.output == p.output or p.output in s.reads() for s in between):
+    if not can_move_up(p, x, steps[t + 1:r]):
         return None
     indices = indices_from_product(p.shape, m)
     if indices is None:

@@ -251,9 +251,12 @@ class MatmulKernel:
         """The output's columns: n, or n / 2 for a paired product."""
         return self.n / 2 if self.paired else self.n
 
+    def epilogue_reads(self) -> tuple[str, ...]:
+        """The buffers the epilogue reads besides the product itself."""
+        return tuple(b for b in _buffers_of(self.epilogue) if b != ACC) if self.epilogue is not None else ()
+
     def reads(self) -> tuple[str, ...]:
-        extra = [b for b in _buffers_of(self.epilogue) if b != ACC] if self.epilogue is not None else []
-        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *extra)))
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *self.epilogue_reads())))
 
 
 @dataclass(frozen=True)

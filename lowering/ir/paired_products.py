@@ -36,7 +36,7 @@ import sympy
 import torch
 
 from . import scalar
-from .epilogue import FLOAT_PRODUCTS, indices_from_product
+from .epilogue import FLOAT_PRODUCTS, can_move_up, indices_from_product
 from .kernels import (
     Buffer,
     MatmulKernel,
@@ -132,8 +132,7 @@ def _halves(program: Program, t: int) -> Program | None:
     p = steps[r]
     if program.buffers[p.output].dtype not in FLOAT_PRODUCTS or not _weights_alone(program, (m.b.buffer,), (t,)):
         return None
-    reads = set(p.reads()) - {m.output}
-    if any(s.output in reads or s.output == p.output or p.output in s.reads() for s in steps[t + 1:r]):
+    if not can_move_up(p, m.output, steps[t + 1:r]):
         return None
     half = int(m.n) // 2
     indices = indices_from_product(p.shape, replace(m, n=sympy.Integer(half)))

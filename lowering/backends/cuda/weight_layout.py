@@ -23,8 +23,7 @@ from collections import Counter
 
 import sympy
 
-from ...ir import scalar
-from ...ir.kernels import ACC, Buffer, MatmulKernel, Program, StridedView, operand_buffers
+from ...ir.kernels import Buffer, MatmulKernel, Program, StridedView, operand_buffers
 
 SUFFIX = ".transposed"
 
@@ -78,7 +77,4 @@ def transpose_kn_weights(program: Program) -> Program:
 
 def _read_besides_b(step: MatmulKernel) -> set[str]:
     """What a product reads as its a or in its epilogue: a weight read there too stays as it is."""
-    names = set(operand_buffers(step.a))
-    if step.epilogue is not None:
-        names |= {load.buffer for load in scalar.loads(step.epilogue) if load.buffer != ACC}
-    return names
+    return {*operand_buffers(step.a), *step.epilogue_reads()}
