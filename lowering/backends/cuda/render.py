@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -447,6 +448,9 @@ class TritonRenderer(KernelRenderer):
             epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
+            epilogue["early"] = []
+            if self._loads_epilogue_early(k, config):
+                epilogue["early"], epilogue["lines"] = _split_early(epilogue["lines"], PRODUCT_NAMES)
         split = self._split(k, config)
         if split:
             constexprs["SPLIT_K"] = config.split_k
@@ -493,6 +497,15 @@ class TritonRenderer(KernelRenderer):
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
                      "persistent": config.persistent, **split_meta},
         }
+
+    def _loads_epilogue_early(self, k: MatmulKernel, config: MatmulConfig) -> bool:
+        """Whether the product's epilogue loads what it can before the k loop (_split_early): in a bucket of few
+        rows, whose short loop waits on the latency of each load, so that the epilogue's loads (a bias from
+        DRAM, a residual from L2) overlap the loop instead of following it; not where the values held across
+        the loop would take more than EARLY_EPILOGUE_ELEMENTS registers a tile, nor in persistent programs,
+        whose loop is over tiles."""
+        return (self.max(k.m) <= EARLY_EPILOGUE_ROWS and config.bm * config.bn <= EARLY_EPILOGUE_ELEMENTS
+                and not config.persistent)
 
     def _split(self, k: MatmulKernel, config: MatmulConfig) -> bool:
         """Whether the product runs split-K (config.split_k programs per tile): refused where its partial sums
@@ -606,6 +619,20 @@ class TritonRenderer(KernelRenderer):
         return data
 
 
+def _split_early(lines: list[str], late_names: frozenset[str]) -> tuple[list[str], list[str]]:
+    """A body's assignments (`name = expr`, in order) split into those that use none of `late_names` nor a
+    name assigned from them, which may run earlier, and the rest, each part in its order."""
+    early, rest, late = [], [], set(late_names)
+    for line in lines:
+        name, _, expr = line.partition(" = ")
+        if set(re.findall(r"[A-Za-z_]\w*", expr)) & late:
+            rest.append(line)
+            late.add(name)
+        else:
+            early.append(line)
+    return early, rest
+
+
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
     return [{"condition": c.condition, "code": first + i} for i, c in enumerate(checks)]
 
@@ -661,6 +688,12 @@ EARLY_LAUNCH_ROWS = 128
 # its wait (TritonRenderer._weight_prefetch): 3-6% less at the Llama shape's 1 and 16 tokens in session 17's runs.
 PREFETCH_ROWS = 16
 PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
+# A product's epilogue loads what does not need the product before its k loop (TritonRenderer._loads_epilogue_early)
+# in buckets of at most this many rows, where its tile holds at most EARLY_EPILOGUE_ELEMENTS elements: 32 float32
+# registers a thread at 4 warps for a residual tile.
+EARLY_EPILOGUE_ROWS = 128
+EARLY_EPILOGUE_ELEMENTS = 64 * 64
+PRODUCT_NAMES = frozenset({"acc", "acc_own", "acc_pair"})  # the template's names of the product in an epilogue
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
 

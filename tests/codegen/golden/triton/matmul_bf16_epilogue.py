@@ -4,7 +4,7 @@
 # out[b, m, n] = an elementwise epilogue of sum over k of a[b, m, k] * b[b, k, n] with tl.dot on BM x BN tiles, BK deep; operands are
 # strided views, out is contiguous. Program (tile, batch); tiles grouped GROUP_M rows at a time for L2 reuse.
 @triton.jit
-def t_336b2e5dc550d019(in0, in1, in2, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def t_4109cbd632958cad(in0, in1, in2, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     M = s_n
     N = 4
     K = 8
@@ -31,6 +31,13 @@ def t_336b2e5dc550d019(in0, in1, in2, out, s_n, BM: tl.constexpr, BN: tl.constex
     rk = tl.arange(0, BK)
     a_ptrs = in0 + a_off + bi * a_sb + rm[:, None] * a_sm + rk[None, :] * a_sk
     b_ptrs = in1 + b_off + bi * b_sb + rk[:, None] * b_sk + rn[None, :] * b_sn
+    # the epilogue's loads that do not need the product, issued before the k loop: their latency overlaps it
+    omask = (rm[:, None] < M) & (rn[None, :] < N)
+    ozero = tl.zeros([BM, BN], tl.int64)
+    nmask = rn[None, :] < N
+    nzero = tl.zeros([1, BN], tl.int64)
+    ep0 = tl.load(in2 + rn[None, :] + nzero, mask=nmask, other=0).to(tl.float32)
+    ep3 = tl.load(in0 + (rn[None, :] + (8 * rm[:, None])) + ozero, mask=omask, other=0).to(tl.float32)
     acc = tl.zeros([BM, BN], tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
@@ -41,14 +48,8 @@ def t_336b2e5dc550d019(in0, in1, in2, out, s_n, BM: tl.constexpr, BN: tl.constex
         b_ptrs += BK * b_sk
     out_ptrs = out + bi * M * N + rm[:, None] * N + rn[None, :]
     # the fused epilogue of element (bi, rm, rn): the product's consumer, computed on the tile before it is stored
-    omask = (rm[:, None] < M) & (rn[None, :] < N)
-    ozero = tl.zeros([BM, BN], tl.int64)
-    nmask = rn[None, :] < N
-    nzero = tl.zeros([1, BN], tl.int64)
-    ep0 = tl.load(in2 + rn[None, :] + nzero, mask=nmask, other=0).to(tl.float32)
     ep1 = acc.to(tl.bfloat16).to(tl.float32) + ep0
     ep2 = tl.where(ep1 < 0, tl.zeros_like(ep1), ep1)
-    ep3 = tl.load(in0 + (rn[None, :] + (8 * rm[:, None])) + ozero, mask=omask, other=0).to(tl.float32)
     ep4 = ep2 + ep3
     tl.store(out_ptrs, (ep4).to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
