@@ -1,12 +1,9 @@
-"""Loads moved ahead of what does not need them, in buckets of few rows. A few-row product's epilogue loads (templates/triton/_matmul_store.py.jinja, render.py
+"""A few-row product's epilogue loads (templates/triton/_matmul_store.py.jinja, render.py
 _loads_epilogue_early): in a bucket of at most EARLY_EPILOGUE_ROWS rows, the loads of the epilogue that do not
 need the product (a bias, a residual) and what is computed from them alone run before the k loop, so that their
 latency overlaps it; what needs the product stays after the loop. Bigger buckets and persistent programs keep
-the whole epilogue after the loop. A few-row row kernel (a norm) loads what its last pass reads besides the
-row's results first (EARLY_ROW_LOAD_ROWS): weights before its wait for the previous kernel, the rest before its
-reductions. The results are checked in Triton's interpreter (whose sizes fall in few-row buckets) by
-tests/unit/test_row_fusion.py, test_epilogue.py and the split-K and paired products' tests, and on the GPU by
-tests/gpu."""
+the whole epilogue after the loop. The results are checked in Triton's interpreter by the split-K and paired
+products' tests (their tiles and sizes fall in few-row buckets) and on the GPU by tests/gpu."""
 
 from __future__ import annotations
 
@@ -17,18 +14,9 @@ from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 from aotpack.lowering.backends.cuda.render import EARLY_EPILOGUE_ROWS, render_triton_library
 from aotpack.lowering.codegen.library import render_library
-from aotpack.lowering.ir.kernels import (
-    Buffer,
-    Program,
-    RowKernel,
-    RowReduction,
-    Symbol,
-    epilogue_vars,
-    product_value,
-    row_result,
-)
-from aotpack.lowering.ir.scalar import Const, Load, Op, cast
-from aotpack.lowering.ir.symbolic import index_var, size_symbol
+from aotpack.lowering.ir.kernels import Buffer, epilogue_vars, product_value
+from aotpack.lowering.ir.scalar import Load, Op, cast
+from aotpack.lowering.ir.symbolic import size_symbol
 from test_triton_buckets import _linear
 
 
@@ -83,31 +71,3 @@ def test_a_tile_too_big_to_hold_its_epilogue_across_the_loop_loads_it_after(monk
         monkeypatch.setattr(render, "matmul_config", lambda *args, config=config, **kwargs: config)
         body = render_library(render.TritonRenderer(program, 90, pdl=True)).kernels[0].source
         assert (body.index("tl.load(in2 + ") < _loop_at(body)) == early, config
-
-
-def _layer_norm(hi: int = 2048):
-    """out = (x - mean(x)) * gamma per row of 768 (an input x, a weight gamma) in one row kernel."""
-    s = size_symbol("s")
-    i0, r0 = index_var("i", 0), index_var("r", 0)
-    x = Buffer("x", "bfloat16", (s, sympy.Integer(768)), "input", "x")
-    gamma = Buffer("gamma", "bfloat16", (sympy.Integer(768),), "weight", "gamma")
-    out = Buffer("out", "bfloat16", (s, sympy.Integer(768)), "output", "out")
-    element = cast(Load("x", i0 * 768 + r0, "bfloat16"), "float32")
-    mean = RowReduction("mean", Op("div", (element, Const(768.0, "float32")), "float32"), "sum", "float32", "float32")
-    value = Op("mul", (Op("sub", (element, row_result("mean", "float32")), "float32"),
-                       cast(Load("gamma", r0, "bfloat16"), "float32")), "float32")
-    step = RowKernel("out", (s,), (sympy.Integer(768),), (mean,), value)
-    return Program((Symbol("s", 1, hi),), {b.name: b for b in (x, gamma, out)}, (step,), ("x",), ("out",),
-                   weights={"gamma": None})
-
-
-def test_few_row_norms_load_their_weight_before_the_wait_and_the_reductions():
-    buckets = _bodies(render_triton_library(_layer_norm(), (90,)))
-    assert [upto for upto, _ in buckets] == [128, None]
-    (_, few), (_, many) = buckets
-    gamma, row = "tl.load(in1 + ", "tl.load(in0 + "  # reads x, gamma
-    assert few.index(gamma) < few.index("tl.extra.cuda.gdc_wait()") < few.index(row) < few.index("tl.sum(")
-    assert many.index("tl.extra.cuda.gdc_wait()") < many.index(row) < many.index("tl.sum(") < many.index(gamma)
-    # without programmatic dependent launch (before sm_90) there is no wait: the weight is still read first
-    (_, older), = _bodies(render_triton_library(_layer_norm(hi=64), (80,)))
-    assert "gdc_wait" not in older and older.index(gamma) < older.index(row)

@@ -337,19 +337,11 @@ class TritonRenderer(KernelRenderer):
         point_checks = _checks(writer.checks[checks:], first=checks + 1)
         checks = writer.checks
         params = self._params(k, exprs, bool(checks), constexprs)
-        body, early, before_wait = writer.lines[lines:], [], []
-        if self.max(xnumel) <= EARLY_ROW_LOAD_ROWS:
-            # the reductions' results, and what their bodies compute (the row's elements): not there yet
-            computed = {line.partition(" = ")[0] for part in parts for line in part["body"]}
-            early, body = _split_early(body, frozenset({part["name"] for part in parts} | computed))
-            weights = {name for buffer, name in arg_names.items() if self.program.buffers[buffer].kind == "weight"}
-            before_wait, early = _split_weights_only(early, weights) if self.pdl else ([], early)
         return {
             **params, "xnumel": writer.index(xnumel), "rnumel": writer.index(rnumel),
             "indices": self._decompose("i", "x", k.rows, writer.index),
             "rindices": self._decompose("r", "r", k.reduced, writer.index), "parts": parts,
-            "body": body, "early": early, "before_wait": before_wait, "checks": point_checks,
-            "pdl_lines": _grid_dependency_lines(self._launches_early(k)) if self.pdl else [],
+            "body": writer.lines[lines:], "checks": point_checks,
             "store_value": self._store(value, self.program.buffers[k.output].dtype),
             "meta": {"constexprs": constexprs, "num_warps": min(16, max(1, xblock * rblock // 512)),
                      "num_stages": 1, "errors": [c.what for c in checks],
@@ -641,22 +633,6 @@ def _split_early(lines: list[str], late_names: frozenset[str]) -> tuple[list[str
     return early, rest
 
 
-def _split_weights_only(lines: list[str], weights: set[str]) -> tuple[list[str], list[str]]:
-    """Assignments (in order) split into those that read no buffer but `weights` (kernel-local names), directly
-    or through an earlier such line, and the rest. No kernel writes a weight, so the first may run before a
-    kernel's wait for its predecessor (programmatic dependent launch)."""
-    ready, rest, later = [], [], set()
-    for line in lines:
-        name, _, expr = line.partition(" = ")
-        used = set(re.findall(r"[A-Za-z_]\w*", expr))
-        if used & later or any(re.fullmatch(r"in\d+|out", u) and u not in weights for u in used):
-            rest.append(line)
-            later.add(name)
-        else:
-            ready.append(line)
-    return ready, rest
-
-
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
     return [{"condition": c.condition, "code": first + i} for i, c in enumerate(checks)]
 
@@ -718,10 +694,6 @@ PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop
 EARLY_EPILOGUE_ROWS = 128
 EARLY_EPILOGUE_ELEMENTS = 64 * 64
 PRODUCT_NAMES = frozenset({"acc", "acc_own", "acc_pair"})  # the template's names of the product in an epilogue
-# A row kernel of a bucket of at most this many rows loads what its last pass reads besides the row's results (a
-# norm's weight and bias) before its reductions, weights before its wait for its predecessor: the loads' latency
-# (from DRAM: a model's weights pass through L2 once a call) then overlaps the reductions, or the predecessor.
-EARLY_ROW_LOAD_ROWS = 128
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
 
