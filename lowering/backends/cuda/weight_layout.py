@@ -7,7 +7,8 @@ dependent launch a few-row product fetches its columns of b into L2 before it wa
 4-6% at 1 and 16 tokens from it, while for [K, N] storage a 32-column tile's slab is 64 bytes of each of K
 rows, a fetch per row, which measured slower than none (docs/performance.md), so GPT-2's products fetched
 nothing. Stored [N, K], every product's b reads as nn.Linear's does, with the fetch, and TMA reads it as it
-reads nn.Linear's (render.py `tma_operands`).
+reads nn.Linear's (render.py `tma_operands`). Measured on the H200 (session 22): GPT-2 10% faster at 1 and 16
+tokens, level from 128 up (docs/performance.md).
 
 Only a weight that is read by nothing but matrix products, each reading all of it as its b ([K, N] at offset
 0, row stride N), is stored transposed; a weight another kernel reads too (a tied embedding, gathered by the
