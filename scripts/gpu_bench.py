@@ -79,11 +79,23 @@ class Clock:
         return self.budget_s - (time.perf_counter() - self.start)
 
 
+# Between bursts of work the GPU drops to a low clock (nvidia-smi read 345 of 1980 MHz on the H200 before a run)
+# and needs time to climb back. Session 22's table timed some short points right after such a pause (a cold
+# start, the profiler's processing) far slower than every other run of the same package: GPT-2 at one token 0.443
+# ms, its rounds falling 0.461 -> 0.403, against 0.29-0.31 in pdl_bench. That the clock was the cause is a guess,
+# not confirmed on the GPU; keeping the GPU busy for WARMUP_S before each timed series removes it either way.
+WARMUP_S = 0.2
+
+
 def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 3, sync: bool = True) -> float:
+    """The median wall ms of `repeat` calls of fn, after at least `warmup` calls and WARMUP_S of them."""
     import torch
 
-    for _ in range(warmup):
+    start = time.perf_counter()
+    calls = 0
+    while calls < warmup or time.perf_counter() - start < WARMUP_S:
         fn()
+        calls += 1
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
