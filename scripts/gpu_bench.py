@@ -13,14 +13,15 @@ points again and records in the table which run each peer came from.
 
 On one GPU, in one process, on the same inputs: GPT-2 124M at batch 1, BERT-base at batch 8 and the Llama example
 (156M) at batch 1, all at their full size (AOTPACK_EXAMPLE_SIZE=full) in bfloat16, at each seq, median wall ms
-per call of
+per call (each timed series after 0.2 s of calls: WARMUP_S) of
 
 - eager PyTorch, torch.compile (dynamic) and torch.compile(mode="reduce-overhead") (CUDA graphs, one per shape);
 - aotpack with device tensors in and out and CUDA graphs (the headline), without graphs, without programmatic
   dependent launch (a session with cuda_pdl=False, timed in turns with the headline so drift reaches both
   alike), and with host I/O
   (pinned staging), plus its GPU time per run (torch.profiler: kernels, and everything on the GPU; without
-  programmatic dependent launch, under which a kernel's wait counts as its time) and its kernel count, so that
+  programmatic dependent launch, under which a kernel's wait counts as its time), its kernel count and its
+  kernel time per kernel family (matmul, attention, row, ...: where issue 12's time goes), so that
   "wall <= 1.1 x kernel time + 30 us" can be checked, and the first run at each shape (the graph's capture);
 - cold start: open to first result in this process (torch has the CUDA context already), with the GPU set up
   during the load (Model(prepare="cuda"), overlapped with the digests) and without, and as a fresh
@@ -181,9 +182,10 @@ def export_all(names: list[str], out_dir: Path, arch: int) -> dict[str, dict]:
 # ---- aotpack measurements --------------------------------------------------------------------------------
 
 
-def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5) -> dict:
+def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5, families: dict[str, str] | None = None) -> dict:
     """GPU time of one call of fn, from CUPTI through torch.profiler: kernels only, and everything (copies and
-    memsets too), with the number of kernels, averaged over `runs` calls."""
+    memsets too), with the number of kernels, averaged over `runs` calls; with `families` (kernel name ->
+    family, package_families), the kernels' time per family too."""
     import torch
 
     fn()
@@ -192,22 +194,40 @@ def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5) -> dict:
         for _ in range(runs):
             fn()
         torch.cuda.synchronize()
+    device_events = [(event.name, event.device_time if hasattr(event, "device_time") else event.cuda_time)
+                     for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    return gpu_times(device_events, runs, families)
+
+
+def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, str] | None = None) -> dict:
+    """gpu_time_per_run's figures from the GPU activities (name, microseconds) of `runs` calls."""
     kernel_us = all_us = copy_dtoh_us = 0.0
     kernels = 0
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = event.device_time if hasattr(event, "device_time") else event.cuda_time
+    per_family: dict[str, float] = {}
+    for name, us in events:
         all_us += us
-        low = event.name.lower()
+        low = name.lower()
         if "memcpy" in low or "memset" in low:
             if "dtoh" in low or "device -> pinned" in low or "device -> pageable" in low:
                 copy_dtoh_us += us
             continue
         kernel_us += us
         kernels += 1
-    return {"kernel_ms": round(kernel_us / runs / 1e3, 4), "gpu_ms": round(all_us / runs / 1e3, 4),
-            "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": kernels // runs}
+        if families is not None:
+            family = families.get(name, "other")
+            per_family[family] = per_family.get(family, 0.0) + us
+    out = {"kernel_ms": round(kernel_us / runs / 1e3, 4), "gpu_ms": round(all_us / runs / 1e3, 4),
+           "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": kernels // runs}
+    if families is not None:
+        out["family_ms"] = {f: round(us / runs / 1e3, 4) for f, us in sorted(per_family.items(), key=lambda kv: -kv[1])}
+    return out
+
+
+def package_families(package: Path) -> dict[str, str]:
+    """Each CUDA kernel's name (as CUPTI reports it) -> its family (matmul, attention, row, ...)."""
+    from aotpack.packages.reader import read_package
+
+    return {k["name"]: k["family"] for k in read_package(package).program.sections["cuda"]["kernels"]}
 
 
 def cold_start_in_process(runtime, package: Path, host_inputs, dev_inputs, io: str, prepare: bool) -> dict:
@@ -308,6 +328,7 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
     host = aot.session(device="cuda")
     # without programmatic dependent launch (on by default: docs/architecture.md)
     no_pdl = aot.session(device="cuda", io="device", cuda_pdl=False)
+    families = package_families(package)
     inputs_at: dict[int, list] = {}
     row["points"] = []
     for seq in seqs:
@@ -322,7 +343,7 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
         p["aotpack_first_run_ms"] = round((time.perf_counter() - start) * 1e3, 3)
         p["graphs_equal_direct"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(graphs.run(dev), direct.run(dev)))
-        measure_point(p, graphs, no_pdl, direct, host, dev, host_in, repeat)
+        measure_point(p, graphs, no_pdl, direct, host, dev, host_in, repeat, families)
         p["no_pdl_equal_graphs"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(no_pdl.run(dev), graphs.run(dev)))
         p["eager_ms"] = eager_ms(bf16_model, dev, repeat)
@@ -332,12 +353,14 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
     return {"model": bf16_model, "inputs": inputs_at}
 
 
-def measure_point(p: dict, graphs, no_pdl, direct, host, dev: list, host_in: list, repeat: int) -> None:
+def measure_point(p: dict, graphs, no_pdl, direct, host, dev: list, host_in: list, repeat: int,
+                  families: dict[str, str] | None = None) -> None:
     """aotpack's columns at one point: with graphs (wall and GPU time), with graphs and without programmatic
     dependent launch, without graphs, and with host I/O. The first two are timed in turns, ROUNDS rounds (the
     median of the rounds' medians): a run drifts by as much as PDL gains (session 17: one session's first
     median 15% above its second). The kernel time is the graphs' without PDL: with it, a kernel starts while
-    its predecessor runs and CUPTI counts its waiting as its time, so the kernels' sum would exceed the wall."""
+    its predecessor runs and CUPTI counts its waiting as its time, so the kernels' sum would exceed the wall.
+    That run's kernel time per family (`families`) goes to aotpack_family_ms: where issue 12's kernel time is."""
     rounds: dict[str, list[float]] = {"aotpack_ms": [], "aotpack_no_pdl_ms": []}
     for _ in range(ROUNDS):
         rounds["aotpack_ms"].append(median_ms(lambda: graphs.run(dev), repeat, sync=False))
@@ -345,7 +368,7 @@ def measure_point(p: dict, graphs, no_pdl, direct, host, dev: list, host_in: lis
     for key, values in rounds.items():
         p[key] = round(statistics.median(values), 4)
         p[f"{key}_rounds"] = values
-    p.update({f"aotpack_{k}": v for k, v in gpu_time_per_run(lambda: no_pdl.run(dev)).items()})
+    p.update({f"aotpack_{k}": v for k, v in gpu_time_per_run(lambda: no_pdl.run(dev), families=families).items()})
     p["aotpack_overlapped_kernel_ms"] = gpu_time_per_run(lambda: graphs.run(dev))["kernel_ms"]
     p["aotpack_no_graphs_ms"] = median_ms(lambda: direct.run(dev), repeat, sync=False)
     p["aotpack_no_graphs_kernel_ms"] = gpu_time_per_run(lambda: direct.run(dev), runs=3)["kernel_ms"]
@@ -503,6 +526,7 @@ def markdown(summary: dict) -> str:
                      f"{hst.get('open_to_first_result_ms')} | "
                      f"{fresh.get('process_wall_ms', fresh.get('error', '-'))} | "
                      + ", ".join(f"{q['part'].split(' (')[0]} {q['ms']:.0f}" for q in parts) + " |")
+    lines += family_table(summary)
     bw = [(row["label"], p["seq"], p.get("host_io_dtoh_gbps"), p.get("host_io_effective_gbps"))
           for row in summary["models"] for p in row.get("points", []) if p["seq"] == max(SEQS)]
     if bw:
@@ -511,6 +535,22 @@ def markdown(summary: dict) -> str:
                        f"wall - device-I/O wall), GB/s: {text}.")]
     lines.append(f"\n{summary.get('plot', '')}")
     return "\n".join(lines) + "\n"
+
+
+def family_table(summary: dict) -> list[str]:
+    """Markdown lines: aotpack's kernel time per family at each point (none when the run recorded none)."""
+    points = [(row["label"], i, p) for row in summary["models"] for i, p in enumerate(row.get("points", []))
+              if p.get("aotpack_family_ms")]
+    if not points:
+        return []
+    families = sorted({f for _, _, p in points for f in p["aotpack_family_ms"]},
+                      key=lambda f: -sum(p["aotpack_family_ms"].get(f, 0.0) for _, _, p in points))
+    lines = ["", "aotpack's kernel time per kernel family, ms (CUPTI, the kernel column's run):", "",
+             "| model | seq | " + " | ".join(families) + " |", "| --- | ---: |" + " ---: |" * len(families)]
+    for label, i, p in points:
+        lines.append(f"| {label if i == 0 else ''} | {p['seq']} | "
+                     + " | ".join(fmt(p["aotpack_family_ms"].get(f)) for f in families) + " |")
+    return lines
 
 
 def plot(summary: dict, path: Path) -> str:

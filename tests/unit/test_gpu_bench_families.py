@@ -1,0 +1,32 @@
+"""scripts/gpu_bench.py's GPU time of a call from its activities: kernels apart from copies and memsets, and the
+kernels' time per family (the package's kernel names -> families), averaged over the calls profiled, and the
+markdown table of it (no GPU needed)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import gpu_bench  # the scripts folder is not a package: found through sys.path above
+
+
+def test_kernel_time_is_split_by_family_and_averaged_over_the_calls():
+    events = [("t_mm", 30.0), ("t_att", 12.0), ("t_mm", 18.0), ("Memset (Device)", 1.0),
+              ("Memcpy DtoH (Device -> Pinned)", 4.0), ("t_unknown", 2.0)] * 2  # two calls
+    times = gpu_bench.gpu_times(events, runs=2, families={"t_mm": "matmul", "t_att": "attention"})
+    assert times["kernel_ms"] == 0.062 and times["gpu_ms"] == 0.067 and times["dtoh_copy_ms"] == 0.004
+    assert times["kernels"] == 4
+    assert times["family_ms"] == {"matmul": 0.048, "attention": 0.012, "other": 0.002}
+    assert list(times["family_ms"]) == ["matmul", "attention", "other"]  # largest first
+    assert "family_ms" not in gpu_bench.gpu_times(events, runs=2)
+
+
+def test_the_family_table_lists_every_point_with_its_families_largest_first():
+    summary = {"models": [{"label": "GPT-2", "points": [
+        {"seq": 1, "aotpack_family_ms": {"matmul": 0.2, "row": 0.05}},
+        {"seq": 2048, "aotpack_family_ms": {"matmul": 1.1, "attention": 0.3, "row": 0.1}}]}]}
+    lines = gpu_bench.family_table(summary)
+    assert lines[3] == "| model | seq | matmul | attention | row |"
+    assert lines[5] == "| GPT-2 | 1 | 0.200 | - | 0.050 |" and lines[6] == "|  | 2048 | 1.100 | 0.300 | 0.100 |"
+    assert gpu_bench.family_table({"models": [{"label": "x", "points": [{"seq": 1}]}]}) == []
