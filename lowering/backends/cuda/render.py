@@ -448,9 +448,9 @@ class TritonRenderer(KernelRenderer):
             epilogue, epilogue_checks = self._epilogue(k, arg_names, sym_names)
             epilogue["checks"] = _checks(epilogue_checks, first=len(checks) + 1)
             checks += epilogue_checks
-            epilogue["early"] = []
-            if self._loads_epilogue_early(k, config):
-                epilogue["early"], epilogue["lines"] = _split_early(epilogue["lines"], PRODUCT_NAMES)
+            epilogue["early"], epilogue["lines"] = (_split_early(epilogue["lines"], PRODUCT_NAMES)
+                                                    if self._loads_epilogue_early(k, config)
+                                                    else ([], epilogue["lines"]))
         split = self._split(k, config)
         if split:
             constexprs["SPLIT_K"] = config.split_k
