@@ -26,13 +26,24 @@ sys.path[:0] = [str(REPO / "tests" / "codegen"), str(REPO / "tests" / "e2e")]
 SHAPES = {
     "bert_pad_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
     "bert_additive_b8_d64": (8, (12, 12, 64, 64, False, "padding_additive")),
+    # the padding of gpu_bench's BERT inputs (examples/bert padded_inputs: 15/16 down to 8/16 of the keys live)
+    "bert_example_pad_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
     "gpt2_causal_b1_d64": (1, (12, 12, 64, 64, True, None)),
     "llama_gqa_b1_d64": (1, (16, 4, 64, 64, True, None)),
     "gqa_causal_b1_d128": (1, (32, 8, 128, 128, True, None)),
 }
-# (BM, BN, num_warps, num_stages) tried besides the exporter's choice
-CONFIGS = [(128, 64, 8, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 3),
-           (64, 64, 4, 4), (64, 32, 4, 3), (64, 128, 4, 3), (32, 64, 4, 3)]
+# (BM, BN, num_warps, num_stages, AHEAD) tried besides the exporter's choice; AHEAD 1: the next key block's scores
+# asked for before this block's softmax (the template's look-ahead)
+CONFIGS = [(128, 64, 8, 2, 0), (128, 64, 4, 3, 0), (128, 64, 8, 3, 0), (128, 128, 8, 3, 0), (64, 64, 4, 2, 0),
+           (64, 64, 8, 3, 0), (64, 64, 4, 4, 0), (64, 32, 4, 3, 0), (64, 128, 4, 3, 0), (32, 64, 4, 3, 0),
+           (64, 64, 4, 2, 1), (64, 64, 4, 3, 1), (128, 64, 4, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 3, 1),
+           (64, 128, 4, 3, 1), (64, 32, 4, 3, 1)]
+
+
+def example_pad(batch: int, seq: int) -> torch.Tensor:
+    """examples/bert's padding as a 0/1 float mask: sequence b keeps max(1, seq - (b + 1) * seq // (2 * batch))."""
+    lengths = torch.tensor([max(1, seq - (b + 1) * seq // (2 * batch)) for b in range(batch)])
+    return (torch.arange(seq)[None, :] < lengths[:, None]).float()
 
 
 def cuda_ms(fn, repeat: int = 30) -> float:
@@ -54,8 +65,8 @@ def main() -> int:
     from aotpack.lowering.backends.cuda.compile import FP_FUSION  # as packages compile their kernels
     from aotpack.lowering.backends.cuda.render import render_triton_library
     from aotpack.lowering.frontend.decompositions import decompositions
-    from aotpack.lowering.stages import lower
     from aotpack.lowering.ir.symbolic import evaluate
+    from aotpack.lowering.stages import lower
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
 
@@ -77,7 +88,7 @@ def main() -> int:
         chosen = dict(kernel.constexprs)
         for seq in seqs:
             x = torch.randn(batch, seq, 16, dtype=torch.bfloat16)
-            pad = _pad(batch, seq).to(torch.bfloat16)
+            pad = (example_pad(batch, seq) if "example_pad" in name else _pad(batch, seq)).to(torch.bfloat16)
             with torch.no_grad():
                 ref = reference(x.float(), pad.float())
             # the program's buffers after one run through Triton's JIT, to launch its attention step alone
@@ -94,16 +105,22 @@ def main() -> int:
             rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
-            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages), *CONFIGS]
-            for bm, bn, warps, stages in dict.fromkeys(configs):
-                launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call, **{**chosen, "BM": bm, "BN": bn},
+            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, chosen["AHEAD"]), *CONFIGS]
+            out = call[[n for n, _ in kernel.signature].index("out")]
+            first = None  # the chosen configuration's output: every other one is compared with it
+            for bm, bn, warps, stages, ahead in dict.fromkeys(configs):
+                launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call,
+                                           **{**chosen, "BM": bm, "BN": bn, "AHEAD": ahead},
                                            num_warps=warps, num_stages=stages, enable_fp_fusion=FP_FUSION)
                 try:
                     ms = cuda_ms(launch)
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
-                    print(f"  BM {bm} BN {bn} w{warps} s{stages}: failed {type(e).__name__}: {str(e)[:120]}")
+                    print(f"  BM {bm} BN {bn} w{warps} s{stages} ahead {ahead}: failed {type(e).__name__}: {str(e)[:120]}")
                     continue
-                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s")
+                first = out.float().clone() if first is None else first
+                diff = float((out.float() - first).abs().max())
+                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} ahead {ahead}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
+                      f"  max diff to the chosen {diff:.2e}")
             q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(batch, kv_heads, seq, value_dim, dtype=torch.bfloat16, device="cuda")
@@ -113,7 +130,7 @@ def main() -> int:
             sdpa = torch.nn.functional.scaled_dot_product_attention
             ms = cuda_ms(functools.partial(sdpa, q, k, v, attn_mask=sdpa_mask, is_causal=causal,
                                            enable_gqa=heads != kv_heads))
-            print(f"  torch sdpa:            {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
+            print(f"  torch sdpa:                    {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
     return 0
 
 

@@ -5,7 +5,8 @@ sees the runtime's launches, made in the same process through ctypes).
 
 Exports examples/MODEL at its full size for the local GPU (tuned unless --no-tune), runs it a few times, then
 prints the GPU time of each kernel family (attention, matmul, pointwise, reduction, ...) and the slowest
-kernels; --all also prints every kernel of one run in launch order.
+kernels, timed without programmatic dependent launch (under it a kernel's wait for its predecessor counts as its
+time); --all also prints every kernel of one run in launch order.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def main() -> int:
     kernels = package.program.sections["cuda"]["kernels"]  # the exported kernels, tuned or from the tables
     family = {k["name"]: k["family"] for k in kernels}
     shapes = {k["name"]: " ".join(f"{key}={v}" for key, v in k["config"].items()) for k in kernels}
-    session = runtime.Model(path).session(device="cuda")
+    # Without programmatic dependent launch: with it a kernel starts while its predecessor runs and CUPTI counts
+    # the wait as its time, so a product after a short kernel showed twice its own time (gpu_bench does the same).
+    session = runtime.Model(path).session(device="cuda", cuda_pdl=False)
     inputs = make_inputs(name, example_module(REPO / "examples" / name / "model.py"), batch, seq)
     host = [to_numpy(x) for x in inputs]
     for _ in range(3):
