@@ -28,6 +28,8 @@ SHAPES = {
     "bert_additive_b8_d64": (8, (12, 12, 64, 64, False, "padding_additive")),
     # the padding of gpu_bench's BERT inputs (examples/bert padded_inputs: 15/16 down to 8/16 of the keys live)
     "bert_example_pad_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
+    # the same with the padding as transformers' int64 attention_mask, as BERT's package reads it
+    "bert_example_long_b8_d64": (8, (12, 12, 64, 64, False, "padding_bool")),
     "gpt2_causal_b1_d64": (1, (12, 12, 64, 64, True, None)),
     "llama_gqa_b1_d64": (1, (16, 4, 64, 64, True, None)),
     "gqa_causal_b1_d128": (1, (32, 8, 128, 128, True, None)),
@@ -77,7 +79,8 @@ def main() -> int:
         heads, kv_heads, dim, value_dim, causal, mask = args
         model = SelfAttention(*args).eval()
         reference = copy.deepcopy(model)  # float32; the spec's model is converted to bfloat16
-        spec = with_dtype(ModelSpec(REPO, model, (torch.randn(2, 8, 16), _pad(2, 8)), ("x", "pad"),
+        spec_pad = _pad(2, 8).long() if "long" in name else _pad(2, 8)
+        spec = with_dtype(ModelSpec(REPO, model, (torch.randn(2, 8, 16), spec_pad), ("x", "pad"),
                                     {"x": {0: "batch", 1: "seq"}, "pad": {0: "batch", 1: "seq"}},
                                     {"batch": (1, 8), "seq": (1, max(seqs))}), torch.bfloat16)
         plan = resolve_symbols(spec)
@@ -88,7 +91,8 @@ def main() -> int:
         chosen = dict(kernel.constexprs)
         for seq in seqs:
             x = torch.randn(batch, seq, 16, dtype=torch.bfloat16)
-            pad = (example_pad(batch, seq) if "example_pad" in name else _pad(batch, seq)).to(torch.bfloat16)
+            pad = example_pad(batch, seq) if "example" in name else _pad(batch, seq)
+            pad = pad.long() if "long" in name else pad.to(torch.bfloat16)
             with torch.no_grad():
                 ref = reference(x.float(), pad.float())
             # the program's buffers after one run through Triton's JIT, to launch its attention step alone
@@ -115,7 +119,7 @@ def main() -> int:
                 try:
                     ms = cuda_ms(launch)
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
-                    print(f"  BM {bm} BN {bn} w{warps} s{stages} ahead {ahead}: failed {type(e).__name__}: {str(e)[:120]}")
+                    print(f"  BM {bm} BN {bn} w{warps} s{stages} ahead {ahead}: failed {type(e).__name__}: {str(e)[:2000]}")
                     continue
                 first = out.float().clone() if first is None else first
                 diff = float((out.float() - first).abs().max())

@@ -1,7 +1,7 @@
 """Where a CUDA package's time goes: GPU time per kernel family of one run, through torch.profiler (CUPTI
 sees the runtime's launches, made in the same process through ctypes).
 
-    python scripts/gpu_profile.py MODEL BATCH SEQ [DTYPE] [--no-tune] [--all]   # MODEL: an example's folder, e.g. bert
+    python scripts/gpu_profile.py MODEL BATCH SEQ [DTYPE] [--no-tune] [--all] [--package P]   # MODEL: e.g. bert
 
 Exports examples/MODEL at its full size for the local GPU (tuned unless --no-tune), runs it a few times, then
 prints the GPU time of each kernel family (attention, matmul, pointwise, reduction, ...) and the slowest
@@ -38,16 +38,19 @@ def main() -> int:
     parser.add_argument("dtype", nargs="?", default="bf16")
     parser.add_argument("--no-tune", action="store_true")
     parser.add_argument("--all", action="store_true")
+    parser.add_argument("--package", type=Path, help="export there, or profile the package already there (its "
+                        "launches alone, as under a kernel profiler such as ncu)")
     args = parser.parse_args()
     name, batch, seq, dtype = args.model, args.batch, args.seq, args.dtype
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
     plan_ranges = parse_dynamic_specs((f"batch=1..{max(batch, 2)}", f"seq=1..{max(seq, 16)}"))
     major, minor = torch.cuda.get_device_capability(0)
-    path = Path(tempfile.mkdtemp()) / f"{name}.aotpack"
-    with progress.reporting(progress.Progress(print)):  # the export's stages, and what tuning chose
-        export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=dtype,
-                    cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor),
-                    tune=False if args.no_tune else None)
+    path = args.package or Path(tempfile.mkdtemp()) / f"{name}.aotpack"
+    if args.package is None or not path.exists():
+        with progress.reporting(progress.Progress(print)):  # the export's stages, and what tuning chose
+            export_spec(load_model_file(REPO / "examples" / name / "model.py"), path, dtype=dtype,
+                        cli_ranges=plan_ranges, target="cuda", cuda_arch=str(major * 10 + minor),
+                        tune=False if args.no_tune else None)
     package = read_package(path)
     steps = package.program.sections["cuda"]["steps"]
     kernels = package.program.sections["cuda"]["kernels"]  # the exported kernels, tuned or from the tables
