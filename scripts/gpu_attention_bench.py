@@ -34,12 +34,11 @@ SHAPES = {
     "llama_gqa_b1_d64": (1, (16, 4, 64, 64, True, None)),
     "gqa_causal_b1_d128": (1, (32, 8, 128, 128, True, None)),
 }
-# (BM, BN, num_warps, num_stages, AHEAD) tried besides the exporter's choice; AHEAD 1: the next key block's scores
-# asked for before this block's softmax (the template's look-ahead)
-CONFIGS = [(128, 64, 8, 2, 0), (128, 64, 4, 3, 0), (128, 64, 8, 3, 0), (128, 128, 8, 3, 0), (64, 64, 4, 2, 0),
-           (64, 64, 8, 3, 0), (64, 64, 4, 4, 0), (64, 32, 4, 3, 0), (64, 128, 4, 3, 0), (32, 64, 4, 3, 0),
-           (64, 64, 4, 2, 1), (64, 64, 4, 3, 1), (128, 64, 4, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 3, 1),
-           (64, 128, 4, 3, 1), (64, 32, 4, 3, 1)]
+# (BM, BN, num_warps, num_stages, maxnreg) tried besides the exporter's choice; maxnreg: ptxas's register cap per
+# thread (None: its own choice), 128 lets four 4-warp programs share an SM's 64K registers
+CONFIGS = [(128, 64, 8, 2, None), (128, 64, 4, 3, None), (128, 64, 8, 3, None), (128, 128, 8, 3, None),
+           (64, 64, 4, 2, None), (64, 64, 8, 3, None), (64, 64, 4, 4, None), (64, 32, 4, 3, None), (64, 128, 4, 3, None),
+           (32, 64, 4, 3, None), (64, 64, 4, 2, 128), (64, 64, 4, 3, 128), (64, 32, 4, 3, 128), (64, 32, 4, 2, 128)]
 
 
 def example_pad(batch: int, seq: int) -> torch.Tensor:
@@ -109,21 +108,22 @@ def main() -> int:
             rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
-            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, chosen["AHEAD"]), *CONFIGS]
+            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None), *CONFIGS]
             out = call[[n for n, _ in kernel.signature].index("out")]
             first = None  # the chosen configuration's output: every other one is compared with it
-            for bm, bn, warps, stages, ahead in dict.fromkeys(configs):
+            for bm, bn, warps, stages, maxnreg in dict.fromkeys(configs):
                 launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call,
-                                           **{**chosen, "BM": bm, "BN": bn, "AHEAD": ahead},
-                                           num_warps=warps, num_stages=stages, enable_fp_fusion=FP_FUSION)
+                                           **{**chosen, "BM": bm, "BN": bn},
+                                           num_warps=warps, num_stages=stages, enable_fp_fusion=FP_FUSION,
+                                           **({"maxnreg": maxnreg} if maxnreg else {}))
                 try:
                     ms = cuda_ms(launch)
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
-                    print(f"  BM {bm} BN {bn} w{warps} s{stages} ahead {ahead}: failed {type(e).__name__}: {str(e)[:2000]}")
+                    print(f"  BM {bm} BN {bn} w{warps} s{stages} r{maxnreg}: failed {type(e).__name__}: {str(e)[:2000]}")
                     continue
                 first = out.float().clone() if first is None else first
                 diff = float((out.float() - first).abs().max())
-                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} ahead {ahead}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
+                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} r{maxnreg}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
                       f"  max diff to the chosen {diff:.2e}")
             q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")
@@ -134,7 +134,7 @@ def main() -> int:
             sdpa = torch.nn.functional.scaled_dot_product_attention
             ms = cuda_ms(functools.partial(sdpa, q, k, v, attn_mask=sdpa_mask, is_causal=causal,
                                            enable_gqa=heads != kv_heads))
-            print(f"  torch sdpa:                    {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
+            print(f"  torch sdpa:            {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
     return 0
 
 

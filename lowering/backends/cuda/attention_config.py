@@ -18,7 +18,6 @@ class AttentionConfig:
     bn: int  # keys per block of the loop
     num_warps: int
     num_stages: int
-    ahead: int = 0  # 1: the next key block's scores asked for before this block's softmax (template's AHEAD)
 
 
 def _pow2(n: int) -> int:

@@ -594,7 +594,7 @@ class TritonRenderer(KernelRenderer):
         config = self._forced if isinstance(self._forced, AttentionConfig) else attention_config(
             self.max(k.q_len), self.max(k.kv_len), head_dim, wide)
         bm, bn = config.bm, config.bn
-        constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv, "AHEAD": config.ahead}
+        constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
         if k.causal:
             exprs.append(k.causal_offset)

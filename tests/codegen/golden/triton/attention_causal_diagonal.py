@@ -10,7 +10,7 @@
 # and exp(scale * (x - max)) is exp2(x * c - max * c) with c = scale * log2(e): one multiply-add per score
 # before the exponential, where the softmax's float32 work shares the loop's time with the tensor cores.
 @triton.jit
-def t_308e51a6420197eb(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, AHEAD: tl.constexpr):
+def t_1c56954f68c47d0f(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     H = 2
     G = 1
     SQ = s_n
@@ -40,87 +40,34 @@ def t_308e51a6420197eb(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     keys = tl.maximum(tl.minimum(SK, (pid_m.to(tl.int64) + 1) * BM + (s_n)), 0)
     # keys up to the block's first row + (s_n) are seen by every row of it: no causal or bounds mask there
     full_keys = tl.maximum(tl.minimum(SK, pid_m.to(tl.int64) * BM + (s_n)), 0) // BN * BN
-    if AHEAD:
-        if 0 < full_keys:
-            j0 = 0
-            rn = j0 + rn0
-            kt = tl.load(k_base + rn[None, :] * 32 + rd[:, None] * 1,
-                         mask=(rd[:, None] < D), other=0)
-            s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
-            last = j0  # the block whose scores s holds
-            for j1 in range(0 + BN, full_keys, BN):
-                j0 = j1
-                rn = j0 + rn0
-                kt = tl.load(k_base + rn[None, :] * 32 + rd[:, None] * 1,
-                             mask=(rd[:, None] < D), other=0)
-                s_ahead = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
-                j0 = last
-                rn = j0 + rn0
-                i3 = rn[None, :]
-                kmask = i3 < SK
-                kzero = tl.zeros([1, BN], tl.int64)
-                smask = rmask & kmask
-                szero = tl.zeros([BM, BN], tl.int64)
-                new_max = tl.maximum(row_max, tl.max(s, 1))
-                safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-                p = tl.exp2(s * 0.5049432643111371 - (safe_max * 0.5049432643111371)[:, None])
-                rescale = tl.exp2((row_max - safe_max) * 0.5049432643111371)
-                row_sum = row_sum * rescale + tl.sum(p, 1)
-                v = tl.load(v_base + rn[:, None] * 32 + rdv[None, :] * 1,
-                            mask=(rdv[None, :] < DV), other=0)
-                acc = acc * rescale[:, None]
-                acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-                row_max = new_max
-                s = s_ahead
-                last = j1
-            j0 = last
-            rn = j0 + rn0
-            i3 = rn[None, :]
-            kmask = i3 < SK
-            kzero = tl.zeros([1, BN], tl.int64)
-            smask = rmask & kmask
-            szero = tl.zeros([BM, BN], tl.int64)
-            new_max = tl.maximum(row_max, tl.max(s, 1))
-            safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-            p = tl.exp2(s * 0.5049432643111371 - (safe_max * 0.5049432643111371)[:, None])
-            rescale = tl.exp2((row_max - safe_max) * 0.5049432643111371)
-            row_sum = row_sum * rescale + tl.sum(p, 1)
-            v = tl.load(v_base + rn[:, None] * 32 + rdv[None, :] * 1,
-                        mask=(rdv[None, :] < DV), other=0)
-            acc = acc * rescale[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-            row_max = new_max
-    else:
-        for j0 in range(0, full_keys, BN):
-            rn = j0 + rn0
-            kt = tl.load(k_base + rn[None, :] * 32 + rd[:, None] * 1,
-                         mask=(rd[:, None] < D), other=0)
-            s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
-            rn = j0 + rn0
-            i3 = rn[None, :]
-            kmask = i3 < SK
-            kzero = tl.zeros([1, BN], tl.int64)
-            smask = rmask & kmask
-            szero = tl.zeros([BM, BN], tl.int64)
-            new_max = tl.maximum(row_max, tl.max(s, 1))
-            safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-            p = tl.exp2(s * 0.5049432643111371 - (safe_max * 0.5049432643111371)[:, None])
-            rescale = tl.exp2((row_max - safe_max) * 0.5049432643111371)
-            row_sum = row_sum * rescale + tl.sum(p, 1)
-            v = tl.load(v_base + rn[:, None] * 32 + rdv[None, :] * 1,
-                        mask=(rdv[None, :] < DV), other=0)
-            acc = acc * rescale[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-            row_max = new_max
+    for j0 in range(0, full_keys, BN):
+        rn = j0 + rn0
+        i3 = rn
+        kt = tl.load(k_base + rn[None, :] * 32 + rd[:, None] * 1,
+                     mask=(rd[:, None] < D), other=0)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
+        kmask = i3 < SK
+        kzero = tl.zeros([BN], tl.int64)
+        smask = rmask & kmask
+        szero = tl.zeros([BM, BN], tl.int64)
+        new_max = tl.maximum(row_max, tl.max(s, 1))
+        safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
+        p = tl.exp2(s * 0.5049432643111371 - (safe_max * 0.5049432643111371)[:, None])
+        rescale = tl.exp2((row_max - safe_max) * 0.5049432643111371)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+        v = tl.load(v_base + rn[:, None] * 32 + rdv[None, :] * 1,
+                    mask=(rdv[None, :] < DV), other=0)
+        acc = acc * rescale[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
+        row_max = new_max
     for j0 in range(full_keys, keys, BN):
         rn = j0 + rn0
+        i3 = rn
         kt = tl.load(k_base + rn[None, :] * 32 + rd[:, None] * 1,
                      mask=(rn[None, :] < SK) & (rd[:, None] < D), other=0)
         s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32)
-        rn = j0 + rn0
-        i3 = rn[None, :]
         kmask = i3 < SK
-        kzero = tl.zeros([1, BN], tl.int64)
+        kzero = tl.zeros([BN], tl.int64)
         smask = rmask & kmask
         szero = tl.zeros([BM, BN], tl.int64)
         s = tl.where(kmask & (i3 <= i2 + (s_n)), s, _NINF)
@@ -138,8 +85,8 @@ def t_308e51a6420197eb(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     out_ptrs = out + ((i0 * SQ + rm[:, None]) * H + i1) * DV + rdv[None, :]
     tl.store(out_ptrs, (result).to(tl.float32), mask=(rm[:, None] < SQ) & (rdv[None, :] < DV))
 
-# signature: [('in0', '*fp32'), ('in1', '*fp32'), ('out', '*fp32'), ('s_n', 'i64'), ('BM', 'constexpr'), ('BN', 'constexpr'), ('BD', 'constexpr'), ('BDV', 'constexpr'), ('AHEAD', 'constexpr')]
-# constexprs: [('BM', 64), ('BN', 64), ('BD', 16), ('BDV', 16), ('AHEAD', 0)]
+# signature: [('in0', '*fp32'), ('in1', '*fp32'), ('out', '*fp32'), ('s_n', 'i64'), ('BM', 'constexpr'), ('BN', 'constexpr'), ('BD', 'constexpr'), ('BDV', 'constexpr')]
+# constexprs: [('BM', 64), ('BN', 64), ('BD', 16), ('BDV', 16)]
 # num_warps: 4, num_stages: 2, symbols: [0]
 # errors: []
 # grid: [['//', ['+', 63, 'n'], 64], 2, 1]

@@ -9,7 +9,7 @@
 # exp(x) is taken as exp2(x * log2(e)) of the difference to the row's maximum: the difference is finite even
 # where a mask adds float32's lowest value, which scaled up front would overflow to -inf.
 @triton.jit
-def t_960b8d739c92b27c(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, AHEAD: tl.constexpr):
+def t_02c322e27a1022ff(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     H = 2
     G = 1
     SQ = s_n
@@ -44,9 +44,9 @@ def t_960b8d739c92b27c(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     live_hi = tl.full([], 0, tl.int64)
     for j0 in range(0, keys, BN):
         rn = j0 + rn0
-        i3 = rn[None, :]
+        i3 = rn
         kmask = i3 < SK
-        kzero = tl.zeros([1, BN], tl.int64)
+        kzero = tl.zeros([BN], tl.int64)
         smask = rmask & kmask
         szero = tl.zeros([BM, BN], tl.int64)
         m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
@@ -56,93 +56,36 @@ def t_960b8d739c92b27c(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     if live_hi == 0:
         live_lo = tl.full([], 0, tl.int64)
         live_hi = tl.full([], 0, tl.int64) + keys
-    if AHEAD:
-        if live_lo < tl.minimum(live_hi, full_keys):
-            j0 = live_lo
-            rn = j0 + rn0
-            kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
-                         mask=(rd[:, None] < D), other=0)
-            s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
-            last = j0  # the block whose scores s holds
-            for j1 in range(live_lo + BN, tl.minimum(live_hi, full_keys), BN):
-                j0 = j1
-                rn = j0 + rn0
-                kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
-                             mask=(rd[:, None] < D), other=0)
-                s_ahead = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
-                j0 = last
-                rn = j0 + rn0
-                i3 = rn[None, :]
-                kmask = i3 < SK
-                kzero = tl.zeros([1, BN], tl.int64)
-                smask = rmask & kmask
-                szero = tl.zeros([BM, BN], tl.int64)
-                m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
-                s = s + (m0).to(tl.float32)
-                new_max = tl.maximum(row_max, tl.max(s, 1))
-                safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-                p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
-                rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
-                row_sum = row_sum * rescale + tl.sum(p, 1)
-                v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
-                            mask=(rdv[None, :] < DV), other=0)
-                acc = acc * rescale[:, None]
-                acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-                row_max = new_max
-                s = s_ahead
-                last = j1
-            j0 = last
-            rn = j0 + rn0
-            i3 = rn[None, :]
-            kmask = i3 < SK
-            kzero = tl.zeros([1, BN], tl.int64)
-            smask = rmask & kmask
-            szero = tl.zeros([BM, BN], tl.int64)
-            m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
-            s = s + (m0).to(tl.float32)
-            new_max = tl.maximum(row_max, tl.max(s, 1))
-            safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-            p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
-            rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
-            row_sum = row_sum * rescale + tl.sum(p, 1)
-            v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
-                        mask=(rdv[None, :] < DV), other=0)
-            acc = acc * rescale[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-            row_max = new_max
-    else:
-        for j0 in range(live_lo, tl.minimum(live_hi, full_keys), BN):
-            rn = j0 + rn0
-            kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
-                         mask=(rd[:, None] < D), other=0)
-            s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
-            rn = j0 + rn0
-            i3 = rn[None, :]
-            kmask = i3 < SK
-            kzero = tl.zeros([1, BN], tl.int64)
-            smask = rmask & kmask
-            szero = tl.zeros([BM, BN], tl.int64)
-            m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
-            s = s + (m0).to(tl.float32)
-            new_max = tl.maximum(row_max, tl.max(s, 1))
-            safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
-            p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
-            rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
-            row_sum = row_sum * rescale + tl.sum(p, 1)
-            v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
-                        mask=(rdv[None, :] < DV), other=0)
-            acc = acc * rescale[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
-            row_max = new_max
+    for j0 in range(live_lo, tl.minimum(live_hi, full_keys), BN):
+        rn = j0 + rn0
+        i3 = rn
+        kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
+                     mask=(rd[:, None] < D), other=0)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
+        kmask = i3 < SK
+        kzero = tl.zeros([BN], tl.int64)
+        smask = rmask & kmask
+        szero = tl.zeros([BM, BN], tl.int64)
+        m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
+        s = s + (m0).to(tl.float32)
+        new_max = tl.maximum(row_max, tl.max(s, 1))
+        safe_max = tl.where(new_max == _NINF, 0.0, new_max)  # all masked so far: exp(-inf - 0) = 0 below
+        p = tl.exp2((s - safe_max[:, None]) * 1.4426950408889634)
+        rescale = tl.exp2((row_max - safe_max) * 1.4426950408889634)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+        v = tl.load(v_base + rn[:, None] * 48 + rdv[None, :] * 1,
+                    mask=(rdv[None, :] < DV), other=0)
+        acc = acc * rescale[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=tl.float32)
+        row_max = new_max
     for j0 in range(tl.maximum(live_lo, full_keys), tl.minimum(live_hi, keys), BN):
         rn = j0 + rn0
+        i3 = rn
         kt = tl.load(k_base + rn[None, :] * 48 + rd[:, None] * 1,
                      mask=(rn[None, :] < SK) & (rd[:, None] < D), other=0)
         s = tl.dot(q, kt, input_precision="ieee", out_dtype=tl.float32) * 0.35
-        rn = j0 + rn0
-        i3 = rn[None, :]
         kmask = i3 < SK
-        kzero = tl.zeros([1, BN], tl.int64)
+        kzero = tl.zeros([BN], tl.int64)
         smask = rmask & kmask
         szero = tl.zeros([BM, BN], tl.int64)
         m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
@@ -161,8 +104,8 @@ def t_960b8d739c92b27c(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     out_ptrs = out + ((i0 * SQ + rm[:, None]) * H + i1) * DV + rdv[None, :]
     tl.store(out_ptrs, (result).to(tl.float32), mask=(rm[:, None] < SQ) & (rdv[None, :] < DV))
 
-# signature: [('in0', '*fp32'), ('in1', '*fp32'), ('out', '*fp32'), ('s_n', 'i64'), ('BM', 'constexpr'), ('BN', 'constexpr'), ('BD', 'constexpr'), ('BDV', 'constexpr'), ('AHEAD', 'constexpr')]
-# constexprs: [('BM', 64), ('BN', 64), ('BD', 16), ('BDV', 16), ('AHEAD', 0)]
+# signature: [('in0', '*fp32'), ('in1', '*fp32'), ('out', '*fp32'), ('s_n', 'i64'), ('BM', 'constexpr'), ('BN', 'constexpr'), ('BD', 'constexpr'), ('BDV', 'constexpr')]
+# constexprs: [('BM', 64), ('BN', 64), ('BD', 16), ('BDV', 16)]
 # num_warps: 4, num_stages: 2, symbols: [0]
 # errors: []
 # grid: [['//', ['+', 63, 'n'], 64], 2, 1]
