@@ -1,6 +1,6 @@
 """The Triton attention kernel alone, against torch's own sdpa, over block configurations (a tuning aid).
 
-    python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...]   # default: 512 2048, every shape
+    python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...] [--cold]   # default: 512 2048, every shape
 
 For each shape (BERT-like with a boolean padding mask and with transformers' additive one, GPT-2-like causal, Llama-like causal with grouped-query heads
 at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import statistics
 import sys
 from pathlib import Path
 
@@ -47,7 +48,30 @@ def example_pad(batch: int, seq: int) -> torch.Tensor:
     return (torch.arange(seq)[None, :] < lengths[:, None]).float()
 
 
+COLD = "--cold" in sys.argv  # each launch timed alone after the L2 cache was flushed, as a model's reads find it
+_flush: list = []
+
+
+def cold_ms(fn, repeat: int = 10) -> float:
+    """Median of single launches, each after 256 MB were written (more than the 50 MB L2 holds)."""
+    if not _flush:
+        _flush.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    fn()
+    times = []
+    for _ in range(repeat):
+        _flush[0].zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def cuda_ms(fn, repeat: int = 30) -> float:
+    if COLD:
+        return cold_ms(fn)
     for _ in range(3):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -72,7 +96,7 @@ def main() -> int:
     from test_attention import SelfAttention, _pad
 
     seqs = [int(a) for a in sys.argv[1:] if a.isdigit()] or [512, 2048]
-    shapes = [a for a in sys.argv[1:] if not a.isdigit()] or list(SHAPES)
+    shapes = [a for a in sys.argv[1:] if not a.isdigit() and not a.startswith("--")] or list(SHAPES)
     for name, (batch, args) in ((name, SHAPES[name]) for name in shapes):
         torch.manual_seed(0)
         heads, kv_heads, dim, value_dim, causal, mask = args
@@ -107,7 +131,8 @@ def main() -> int:
             fn = getattr(triton_interp.load_module(library.source, False), kernel.name)
             rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
-                  f"warps {kernel.num_warps} stages {kernel.num_stages}", flush=True)
+                  f"warps {kernel.num_warps} stages {kernel.num_stages}{' (cold L2)' if COLD else ''}; reads k as "
+                  f"{next(line.strip() for line in kernel.source.splitlines() if 'k_base = ' in line)}", flush=True)
             configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None), *CONFIGS]
             out = call[[n for n, _ in kernel.signature].index("out")]
             first = None  # the chosen configuration's output: every other one is compared with it
