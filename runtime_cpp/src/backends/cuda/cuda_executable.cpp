@@ -159,17 +159,10 @@ Status CudaExecutable::set_up(int index, std::unique_ptr<CudaDevice>* out) const
     CudaDevice::Function& f = dev->functions[ki];
     AOTPACK_RETURN_IF_ERROR(check(*d, d->cuModuleGetFunction(&f.fn, module, function.c_str()),
                                   str_cat("cuModuleGetFunction(", cubin, ", ", function, ")").c_str()));
-    if (shared > 48 * 1024) {
+    if (shared > 48 * 1024)
       AOTPACK_RETURN_IF_ERROR(check(*d, d->cuFuncSetAttribute(f.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                               static_cast<int>(shared)),
                                     str_cat("cuFuncSetAttribute(", kname, ", shared memory)").c_str()));
-      // As Triton's own launcher does for such kernels: ask for the largest shared-memory carveout. Left to
-      // itself the driver split the SM so that two of BERT's 58 KB attention programs fit where three do
-      // (0.47 against 0.32 ms a layer at 8 x 2048 on an H200). A hint: the driver may still choose.
-      AOTPACK_RETURN_IF_ERROR(check(*d, d->cuFuncSetAttribute(f.fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                                              CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
-                                    str_cat("cuFuncSetAttribute(", kname, ", shared memory carveout)").c_str()));
-    }
     f.threads = static_cast<unsigned int>(warps * 32);
     f.shared = static_cast<unsigned int>(shared);
     f.scratch_bytes = global_scratch;
