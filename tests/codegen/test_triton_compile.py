@@ -185,6 +185,15 @@ for name in ("padding_additive", "padding_bool"):
     walking = render.render_triton_library(program)
     render.skips_dead_keys = scanning
     x = torch.randn(5, 150, 16)
+    # Whole key blocks the mask leaves alone, walked without reading it ("dense"), next to blocks that read it:
+    # a partial block before them, a dead one before them, none after them (128 keys), and a masked key (70)
+    # inside them, which breaks the run so that every block reads the mask.
+    runs = [range(10, 150), range(64, 150), range(128), [*range(70), *range(71, 150)], range(150)]
+    dense_pads = torch.tensor([[1.0 if j in keys else 0.0 for j in range(150)] for keys in runs])
+    (dense_skipped,), dense_errors = run_program(program, skipping, [x, dense_pads])
+    (dense_walked,), _ = run_program(program, walking, [x, dense_pads])
+    with torch.no_grad():
+        dense_ref = model(x, dense_pads)
     inputs = [x, pads(150)]
     with torch.no_grad():
         ref = model(*inputs)
@@ -196,8 +205,11 @@ for name in ("padding_additive", "padding_bool"):
     (skipped_nan,), _ = run_program(program, skipping, [x, pads(150)])
     (walked_nan,), _ = run_program(program, walking, [x, pads(150)])
     report[name] = {"scans": "live_lo" in skipping.source and "live_lo" not in walking.source,
-                    "errors": errors + more_errors, "identical": bool(torch.equal(skipped, walked)),
-                    "rel": relative_error(skipped.numpy(), ref.numpy()),
+                    "dense": "dense_lo" in skipping.source and "dense_lo" not in walking.source,
+                    "errors": errors + more_errors + dense_errors,
+                    "identical": bool(torch.equal(skipped, walked)) and bool(torch.equal(dense_skipped, dense_walked)),
+                    "rel": max(relative_error(skipped.numpy(), ref.numpy()),
+                               relative_error(dense_skipped.numpy(), dense_ref.numpy())),
                     "skipped": bool(torch.isfinite(skipped_nan[1, :10]).all() and walked_nan[1, :10].isnan().any())}
 print(json.dumps(report))
 """
@@ -207,8 +219,9 @@ def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     """A mask of the key alone (padding, boolean or transformers' additive finfo.min) lets the kernel walk
     only the key blocks it leaves a score in (ir/mask_structure.py skips_dead_keys): right and left padding,
     a hole inside the live keys, and a sequence with every key masked (walked whole: eager's uniform weights
-    under the additive mask, zeros under the boolean one), 150 keys in blocks of 64. The result is the
-    walking kernel's, bit for bit, and eager's."""
+    under the additive mask, zeros under the boolean one), 150 keys in blocks of 64; and the whole blocks the
+    mask leaves alone walked without reading it, before, after and broken by blocks that read it. The result
+    is the walking kernel's, bit for bit, and eager's."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     result = subprocess.run([sys.executable, "-c", DEAD_KEYS, str(HERE), str(HERE.parent / "e2e")],
                             check=False, env=env, capture_output=True, text=True, timeout=600)
@@ -216,7 +229,7 @@ def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(report) == {"padding_additive", "padding_bool"}
     for name, run in report.items():
-        assert run["scans"] and not run["errors"] and run["identical"] and run["rel"] <= 1e-5, (name, run)
+        assert run["scans"] and run["dense"] and not run["errors"] and run["identical"] and run["rel"] <= 1e-5, (name, run)
         assert run["skipped"], (name, run)
 
 

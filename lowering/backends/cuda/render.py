@@ -580,11 +580,13 @@ class TritonRenderer(KernelRenderer):
 
         writer = body_writer(arg_names, {**sym_names, **loop_vars}, "smask", prefix="m", zero="szero",
                                   guard=guard)
-        score, live = "s", None
+        score, live, neutral = "s", None, None
         if k.mask is not None:
             mask = writer.value(k.mask)
             score = f"tl.where({mask}, s, _NINF)" if k.mask.dtype == "bool" else f"s + ({mask}).to(tl.float32)"
             live = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) > {DEAD_SCORE!r}"
+            # where the mask leaves the score exactly as it is (selected, or 0 added)
+            neutral = mask if k.mask.dtype == "bool" else f"({mask}).to(tl.float32) == 0.0"
         additive = k.mask is not None and k.mask.dtype != "bool"
         # a positive scale with no mask adding to the scores folds into the exponential's argument
         fold_scale = repr(k.scale * LOG2_E) if k.scale > 0 and not additive else ""
@@ -606,7 +608,7 @@ class TritonRenderer(KernelRenderer):
         data = {**params, "heads": writer.index(k.heads), "group": str(int(k.heads) // int(k.kv_heads)),
                 "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
-                "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live,
+                "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live, "neutral": neutral,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
