@@ -164,7 +164,7 @@ DEAD_KEYS = r"""
 import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from triton_interp import run_program
-from test_attention import HERE, _dead_block_pad as pads, attention_model
+from test_attention import HERE, _dead_block_pad as pads, _live_keys_pad as live_keys_pad, attention_model
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.frontend.decompositions import decompositions
@@ -188,8 +188,8 @@ for name in ("padding_additive", "padding_bool"):
     # Whole key blocks the mask leaves alone, walked without reading it ("dense"), next to blocks that read it:
     # a partial block before them, a dead one before them, none after them (128 keys), and a masked key (70)
     # inside them, which breaks the run so that every block reads the mask.
-    runs = [range(10, 150), range(64, 150), range(128), [*range(70), *range(71, 150)], range(150)]
-    dense_pads = torch.tensor([[1.0 if j in keys else 0.0 for j in range(150)] for keys in runs])
+    dense_pads = live_keys_pad(150, [range(10, 150), range(64, 150), range(128), [*range(70), *range(71, 150)],
+                                     range(150)])
     (dense_skipped,), dense_errors = run_program(program, skipping, [x, dense_pads])
     (dense_walked,), _ = run_program(program, walking, [x, dense_pads])
     with torch.no_grad():

@@ -134,7 +134,12 @@ def _dead_block_pad(seq: int, empty: bool = True) -> torch.Tensor:
     """Five rows of padding with whole blocks of keys masked at 150 keys: full, the first 10 keys, keys 100
     on (left padding), none (the first 10 instead unless `empty`), and the first and last 10 (a hole inside
     the live keys)."""
-    live = [range(seq), range(10), range(100, seq), range(0 if empty else 10), [*range(10), *range(seq - 10, seq)]]
+    return _live_keys_pad(seq, [range(seq), range(10), range(100, seq), range(0 if empty else 10),
+                                [*range(10), *range(seq - 10, seq)]])
+
+
+def _live_keys_pad(seq: int, live: list) -> torch.Tensor:
+    """A 0/1 float mask with a row per entry of `live`, 1 at the keys it names."""
     return torch.tensor([[1.0 if j in keys else 0.0 for j in range(seq)] for keys in live])
 
 
