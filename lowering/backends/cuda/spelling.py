@@ -183,6 +183,8 @@ class TritonBody(BodySpelling):
         if name == "relu":
             return f"tl.where({args[0]} < 0, tl.zeros_like({args[0]}), {args[0]})"
         if name == "sigmoid":
+            if tl_type == "tl.float32":
+                return f"_sigmoid_f32({args[0]})"  # the prelude's: fewer instructions than libdevice's exp
             return f"1.0 / (1.0 + libdevice.exp(-{args[0]}))"
         if name == "rsqrt":
             return f"1.0 / tl.sqrt_rn({args[0]})"
@@ -217,6 +219,8 @@ class TritonBody(BodySpelling):
             return f"tl.abs({args[0]}) < _INF"
         if name == "signbit":
             return f"libdevice.signbit({args[0]}) != 0"
+        if name == "erf" and tl_type == "tl.float32":
+            return f"_erf_f32({args[0]})"  # the prelude's: fewer instructions and registers than libdevice's
         if name in _UNARY_FLOAT:
             return f"{_UNARY_FLOAT[name]}({args[0]})"
         if name in _BINARY_FLOAT_FN:

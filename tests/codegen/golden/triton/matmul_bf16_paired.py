@@ -4,7 +4,7 @@
 # out[b, m, n] = an elementwise epilogue of sum over k of a[b, m, k] * b[b, k, n] with tl.dot on BM x BN tiles, BK deep; operands are
 # strided views, out is contiguous. Program (tile, batch); tiles grouped GROUP_M rows at a time for L2 reuse.
 @triton.jit
-def t_d84dd8c6c9166d12(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def t_2f736e05add29e6a(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     M = s_n
     N = 8
     K = 8
@@ -50,7 +50,7 @@ def t_d84dd8c6c9166d12(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
     ozero = tl.zeros([BM, BN // 2], tl.int64)
     nmask = rno[None, :] < (N // 2)
     nzero = tl.zeros([1, BN // 2], tl.int64)
-    ep0 = 1.0 / (1.0 + libdevice.exp(-acc_pair.to(tl.bfloat16).to(tl.float32)))
+    ep0 = _sigmoid_f32(acc_pair.to(tl.bfloat16).to(tl.float32))
     ep1 = acc_pair.to(tl.bfloat16).to(tl.float32) * ep0
     ep2 = ep1 * acc_own.to(tl.bfloat16).to(tl.float32)
     tl.store(out_ptrs, (ep2).to(tl.bfloat16), mask=(rm[:, None] < M) & (rno[None, :] < (N // 2)))
