@@ -36,8 +36,9 @@ from ..packages.program import Binding, BufferEntry, ProgramDoc, SymbolEntry, pr
 from .backends import Artifacts, Backend, backends_for
 from .codegen.printer import to_json
 from .frontend.graph import GraphLowering
-from .ir.dedupe import dedupe_kernels
+from .ir.algebra import simplify_values
 from .ir.copy_elision import elide_copies
+from .ir.dedupe import dedupe_kernels
 from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
@@ -73,15 +74,15 @@ class Stage:
 
 
 def lower(captured: CapturedProgram) -> Program:
-    """The `lower` stage: the captured graph as kernel IR, repeated kernels dropped, matrix-product epilogues
-    fused, then row reductions fused with their consumers (scripts and tests that look at the kernels an
-    export makes call this). Row fusion runs last: the passes before it need not know row kernels, and it
-    sees the consumers they leave."""
+    """The `lower` stage: the captured graph as kernel IR, its values simplified (ir/algebra.py), repeated
+    kernels dropped, matrix-product epilogues fused, then row reductions fused with their consumers (scripts
+    and tests that look at the kernels an export makes call this). Row fusion runs last: the passes before it
+    need not know row kernels, and it sees the consumers they leave."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
-    program = merge_sibling_products(dedupe_kernels(program))
+    program = merge_sibling_products(dedupe_kernels(simplify_values(program)))
     return fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program)))))
 
 
