@@ -29,11 +29,19 @@ def simplify_values(program: Program) -> Program:
 
 
 def simplify(node: Node) -> Node:
-    """`node` with the identities above applied bottom-up."""
-    if not isinstance(node, Op):
-        return node
-    node = Op(node.name, tuple(simplify(a) for a in node.args), node.dtype)
-    return _half_one_plus_tanh(node) or node
+    """`node` with the identities above applied bottom-up. A value is a DAG (GELU reads its argument three
+    times), so each shared node is rewritten once."""
+    done: dict[int, Node] = {}
+
+    def walk(n: Node) -> Node:
+        if not isinstance(n, Op):
+            return n
+        if id(n) not in done:
+            rebuilt = Op(n.name, tuple(walk(a) for a in n.args), n.dtype)
+            done[id(n)] = _half_one_plus_tanh(rebuilt) or rebuilt
+        return done[id(n)]
+
+    return walk(node)
 
 
 def _is_const(node: Node, value: float) -> bool:
