@@ -98,9 +98,7 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
     if indices is None:
         return None
     epilogue = scalar.substitute(p.value, indices, {load: product_value(m.dtype) for load in own})
-    # P's other loads at the product's element: a [batch, seq, n] residual read at the row split back into
-    # (row // seq, row % seq) is read at row * n again, not through an int64 division and modulo per row
-    return r, replace(m, output=p.output, epilogue=scalar.map_indices(epilogue, fold_div_mod))
+    return r, replace(m, output=p.output, epilogue=epilogue)
 
 
 def _index_of(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
