@@ -3,18 +3,12 @@ changes (the e2e op tests compare the rewritten tanh GELU against eager on CPU a
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
-from aotpack.exporter import ModelSpec, capture, resolve_symbols
-from aotpack.lowering.frontend.decompositions import decompositions
-from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.lowering.ir.algebra import simplify, simplify_values
 from aotpack.lowering.ir.kernels import PointwiseKernel
 from aotpack.lowering.ir.scalar import Const, IndexValue, Node, Op
+from test_epilogue import lowered  # tests/unit/test_epilogue.py: a model captured and walked to kernel IR
 from torch import nn
-
-HERE = Path(__file__).resolve().parent
 
 
 def op_names(node: Node) -> list[str]:
@@ -29,9 +23,7 @@ class TanhGelu(nn.Module):
 
 
 def test_the_tanh_gelu_of_a_model_becomes_a_sigmoid_and_a_plain_tanh_stays():
-    spec = ModelSpec(HERE / "model.py", TanhGelu().eval(), (torch.randn(4, 8),), ("x",), {"x": {0: "n"}}, {"n": (1, 16)})
-    plan = resolve_symbols(spec)
-    program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+    program = lowered(TanhGelu(), torch.randn(4, 8))
     before = [name for s in program.steps if isinstance(s, PointwiseKernel) for name in op_names(s.value)]
     after = [name for s in simplify_values(program).steps if isinstance(s, PointwiseKernel) for name in op_names(s.value)]
     assert before.count("tanh") == 2 and "sigmoid" not in before, before
