@@ -9,11 +9,11 @@ import pytest
 from triton_interp import run_in_interpreter
 
 FAST_MATH_SCRIPT = r"""
-import json, sys, tempfile, importlib.util
-from pathlib import Path
+import json, sys
 import torch
 import triton
-import triton.language as tl
+sys.path.insert(0, sys.argv[1])
+from triton_interp import load_module
 from aotpack.lowering.codegen.templates import template_env
 
 kernel = '''
@@ -25,12 +25,7 @@ def math_kernel(x_ptr, erf_ptr, sigmoid_ptr, n, BLOCK: tl.constexpr):
     tl.store(erf_ptr + i, _erf_f32(x), mask=i < n)
     tl.store(sigmoid_ptr + i, _sigmoid_f32(x), mask=i < n)
 '''
-source = template_env("triton").get_template("prelude.py.jinja").render() + kernel
-path = Path(tempfile.mkdtemp()) / "fast_math_module.py"
-path.write_text(source)
-spec = importlib.util.spec_from_file_location("fast_math_module", path)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+module = load_module(template_env("triton").get_template("prelude.py.jinja").render() + kernel, interpret=True)
 
 # every 4093rd float32 bit pattern from the smallest subnormal to 4.5, both signs, then the special values
 positive = torch.arange(1, 0x40900000, 4093, dtype=torch.int64).to(torch.int32).view(torch.float32)
