@@ -1,6 +1,6 @@
 """The Triton attention kernel alone, against torch's own sdpa, over block configurations (a tuning aid).
 
-    python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...] [--cold]   # default: 512 2048, every shape
+    python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...] [--cold] [--chosen-only]   # default: 512 2048, every shape
 
 For each shape (BERT-like with a boolean padding mask and with transformers' additive one, GPT-2-like causal, Llama-like causal with grouped-query heads
 at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
@@ -48,6 +48,7 @@ def example_pad(batch: int, seq: int) -> torch.Tensor:
     return (torch.arange(seq)[None, :] < lengths[:, None]).float()
 
 
+CHOSEN_ONLY = "--chosen-only" in sys.argv  # the exporter's configuration alone, not CONFIGS
 COLD = "--cold" in sys.argv  # each launch timed alone after the L2 cache was flushed, as a model's reads find it
 _flush: list = []
 
@@ -138,7 +139,8 @@ def main() -> int:
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}{' (cold L2)' if COLD else ''}; reads k as "
                   f"{next(line.strip() for line in kernel.source.splitlines() if 'k_base = ' in line)}", flush=True)
-            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None), *CONFIGS]
+            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None),
+                       *([] if CHOSEN_ONLY else CONFIGS)]
             out = call[[n for n, _ in kernel.signature].index("out")]
             first = None  # the chosen configuration's output: every other one is compared with it
             for bm, bn, warps, stages, maxnreg in dict.fromkeys(configs):
