@@ -81,6 +81,33 @@ def test_buckets_of_a_render_are_the_deciding_sizes_it_covers():
     assert renderer.bucket(product) == (1, 16)
 
 
+class PaddedBlock(Block):
+    """Block with transformers' integer attention_mask, as BERT takes it: keys where it is 0 are masked."""
+
+    def forward(self, x, attention_mask):
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=-1))
+        keep = (attention_mask > 0)[:, None, None, :]
+        return self.out(F.scaled_dot_product_attention(q, k, v, attn_mask=keep).transpose(1, 2).reshape(b, s, d))
+
+
+def test_a_padding_mask_is_timed_with_every_key_kept():
+    # Filled with zeros like other integer buffers, the mask would mask every key, and the kernel would walk every
+    # block reading it: the configuration tuned for that path was slower on real, mostly unpadded inputs.
+    model = PaddedBlock(64).eval().to(torch.float16)
+    x, mask = torch.randn(2, 8, 64, dtype=torch.float16), torch.ones(2, 8, dtype=torch.int64)
+    dims = {"x": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}}
+    spec = ModelSpec(HERE / "model.py", model, (x, mask), ("x", "attention_mask"), dims, {"b": (1, 8), "s": (1, 512)})
+    plan = resolve_symbols(spec)
+    program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
+    attention = next(s for s in program.steps if isinstance(s, AttentionKernel))
+    mask_buffer = program.inputs[1]
+    assert attention.mask is not None and mask_buffer in attention.reads()
+    assert tuning._mask_only_buffers(attention) == {mask_buffer}
+    assert tuning._mask_only_buffers(next(s for s in lowered(64, 512).steps if isinstance(s, AttentionKernel))) == set()
+    assert tuning._mask_only_buffers(next(s for s in program.steps if isinstance(s, MatmulKernel))) == set()
+
+
 def test_small_kernels_are_not_tuned():
     LastCandidateTimer.jobs = []
     program = lowered(32, 64)
