@@ -46,8 +46,6 @@ from .render import TritonKernel, TritonRenderer
 # products of a few MB of weights are above it: their K loop's latency, which the K step changes, makes
 # them 2-5 x their estimate (GPT-2's MLP down at one row: 1.6 us estimated, 7.1-9.2 us measured).
 MIN_MICROSECONDS = 1.0
-# Buckets whose deciding size is at most this keep the table's configuration (0: every bucket may be tuned).
-TABLE_ROWS = 0
 PEAK_FLOPS = 400e12  # dense half-precision tensor-core FLOP/s
 PEAK_BYTES = 3e12  # memory bytes/s
 
@@ -76,7 +74,7 @@ class Tuning:
     def visit(self, renderer: TritonRenderer, kernel: Kernel, rendered: TritonKernel) -> Config | None:
         """Called for every render at the table's configuration; the configuration to render instead."""
         bucket = renderer.bucket(kernel)
-        if bucket is None or bucket[1] <= TABLE_ROWS:
+        if bucket is None:
             return None
         key = (rendered.name, bucket)
         if not self.collecting:
