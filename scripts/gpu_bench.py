@@ -204,6 +204,7 @@ def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, st
     kernel_us = all_us = copy_dtoh_us = 0.0
     kernels = 0
     per_family: dict[str, float] = {}
+    unknown: dict[str, float] = {}  # kernels the package does not list (family "other"): named, to find out why
     for name, us in events:
         all_us += us
         low = name.lower()
@@ -216,10 +217,15 @@ def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, st
         if families is not None:
             family = families.get(name, "other")
             per_family[family] = per_family.get(family, 0.0) + us
+            if family == "other":
+                unknown[name] = unknown.get(name, 0.0) + us
     out = {"kernel_ms": round(kernel_us / runs / 1e3, 4), "gpu_ms": round(all_us / runs / 1e3, 4),
            "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": kernels // runs}
     if families is not None:
         out["family_ms"] = {f: round(us / runs / 1e3, 4) for f, us in sorted(per_family.items(), key=lambda kv: -kv[1])}
+        if unknown:
+            out["other_kernels_ms"] = {n[:120]: round(us / runs / 1e3, 4)
+                                       for n, us in sorted(unknown.items(), key=lambda kv: -kv[1])[:8]}
     return out
 
 

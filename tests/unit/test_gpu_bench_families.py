@@ -19,6 +19,7 @@ def test_kernel_time_is_split_by_family_and_averaged_over_the_calls():
     assert times["kernels"] == 4
     assert times["family_ms"] == {"matmul": 0.048, "attention": 0.012, "other": 0.002}
     assert list(times["family_ms"]) == ["matmul", "attention", "other"]  # largest first
+    assert times["other_kernels_ms"] == {"t_unknown": 0.002}  # what "other" holds, by name
     assert "family_ms" not in gpu_bench.gpu_times(events, runs=2)
 
 
