@@ -45,6 +45,7 @@ from .ir.memory import plan_memory
 from .ir.paired_products import pair_products
 from .ir.row_fusion import fuse_rows
 from .ir.sibling_products import merge_sibling_products
+from .ir.stacked_pointwise import stack_pointwise
 from .ir.verify import verify_plan, verify_program
 from .perturb import perturbed
 from .targets import Targets
@@ -75,15 +76,16 @@ class Stage:
 
 def lower(captured: CapturedProgram) -> Program:
     """The `lower` stage: the captured graph as kernel IR, its values simplified (ir/algebra.py), repeated
-    kernels dropped, matrix-product epilogues fused, then row reductions fused with their consumers (scripts
-    and tests that look at the kernels an export makes call this). Row fusion runs last: the passes before it
-    need not know row kernels, and it sees the consumers they leave."""
+    kernels dropped, matrix-product epilogues fused, then row reductions fused with their consumers, and sibling
+    pointwise steps stacked (scripts and tests that look at the kernels an export makes call this). Row fusion
+    runs after the others: the passes before it need not know row kernels, and it sees the consumers they leave;
+    stacking, last, sees the pointwise steps that nothing fused."""
     program = GraphLowering(captured).run()
     factor = knobs.test_perturb()
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(simplify_values(program)))
-    return fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program)))))
+    return stack_pointwise(fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program))))))
 
 
 def _lower(state: Compilation) -> Compilation:

@@ -18,7 +18,9 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `untransposed`: the defaults with [K, N] weights (GPT-2's Conv1D) kept [K, N] (backends/cuda/weight_layout.py's
   pass skipped: before session 21);
 - `lateepilogue`: the defaults with every product's epilogue after its k loop (EARLY_EPILOGUE_ROWS = 0: before
-  session 22).
+  session 22);
+- `unstacked`: the defaults with ir/stacked_pointwise.py's pass skipped (a rotary embedding's q and k rotations as
+  two kernels, as before session 25).
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
@@ -54,12 +56,12 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
             "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
             "untransposed": {"skip_passes": ["lowering.backends.cuda.backend.transpose_kn_weights"]},
-            "lateepilogue": {"EARLY_EPILOGUE_ROWS": 0}}
+            "lateepilogue": {"EARLY_EPILOGUE_ROWS": 0}, "unstacked": {"skip_passes": ["stack_pointwise"]}}
 # (package, the session's options, label)
 RUNS = (("none", {"cuda_pdl": False}, "none/off"), ("none", {}, "none/wait"), ("policy", {}, "policy"),
         ("always", {}, "always"), ("unpaired", {}, "unpaired"), ("buckets4x", {}, "buckets4x"),
         ("policy", {"cuda_graphs": False}, "nographs"), ("untransposed", {}, "untransposed"),
-        ("lateepilogue", {}, "lateepilogue"))
+        ("lateepilogue", {}, "lateepilogue"), ("unstacked", {}, "unstacked"))
 
 EXPORT_CODE = """
 import importlib, json, os, sys, time

@@ -54,7 +54,7 @@ def _elide(steps: list[Kernel], t: int, program: Program, writers: Counter) -> b
     if view is None or program.buffers[x].kind != "arena" or writers[x] != 1 or writers[view.buffer] != 1:
         return None
     readers = [r for r in range(t + 1, len(steps)) if x in steps[r].reads()]
-    retargeted = [_retarget(steps[r], x, copy.shape, view) for r in readers]
+    retargeted = [retarget(steps[r], x, copy.shape, view) for r in readers]
     if not readers or any(k is None for k in retargeted):
         return None
     for r, kernel in zip(readers, retargeted):
@@ -98,7 +98,7 @@ def _composed(view: StridedView, dims: dict[int, sympy.Expr]) -> sympy.Expr:
     return sympy.expand(view.offset + sum((view.strides[d] * v for d, v in dims.items()), sympy.Integer(0)))
 
 
-def _retarget(kernel: Kernel, x: str, shape, view: StridedView) -> Kernel | None:
+def retarget(kernel: Kernel, x: str, shape, view: StridedView) -> Kernel | None:
     """The reader reading the copy's source through `view` instead of the copy, or None."""
     if isinstance(kernel, AttentionKernel):
         if kernel.mask is not None and x in {load.buffer for load in scalar.loads(kernel.mask)}:
