@@ -112,7 +112,10 @@ def retarget(kernel: Kernel, x: str, shape, view: StridedView) -> Kernel | None:
             if operand.buffer != x:
                 continue
             variables = {index_var("a", d): e for d, e in enumerate(dims_extent)}
-            dims = _aligned(operand.offset_at(list(variables)), variables, shape)
+            # an index over one element is 0: one kv head's k and v read with any stride for the head
+            ones = {v: sympy.Integer(0) for v, e in variables.items() if e == 1}
+            offset = sympy.sympify(operand.offset_at(list(variables))).xreplace(ones)
+            dims = _aligned(offset, {v: e for v, e in variables.items() if v not in ones}, shape)
             if dims is None or len(dims) != sum(1 for s in shape if s != 1):
                 return None
             parts = affine_parts(_composed(view, dims), list(variables))

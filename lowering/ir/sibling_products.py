@@ -178,13 +178,16 @@ def _biases(program: Program, later: list[Kernel], outputs: list[str], widths: d
 
 
 def _column_weights(kernel: Kernel, x: str, width: int, program: Program, ranges) -> set[str]:
-    """The weights a pointwise reader of x reads at x's column (the biases ir/epilogue.py would fuse)."""
+    """The weights a pointwise reader of x reads at x's column (the biases ir/epilogue.py would fuse): vectors as
+    wide as x. A narrower weight read at the same index is no bias: with one kv head, a rotary embedding reads its
+    inverse frequencies (head_dim / 2 of them) at the index it reads k's rotated half at."""
     if not isinstance(kernel, PointwiseKernel):
         return set()
     bounds = extent_bounds({index_var("i", d): e for d, e in enumerate(kernel.shape)}, ranges)
     loads = scalar.loads(kernel.value)
     columns = {column_of(load.index, width, bounds) for load in loads if load.buffer == x}
     return {load.buffer for load in loads if load.buffer != x and program.buffers[load.buffer].kind == "weight"
+            and tuple(program.buffers[load.buffer].shape) == (width,)
             and any(c is not None and not (load.index - c).free_symbols for c in columns)}
 
 

@@ -37,6 +37,9 @@ HF_EXAMPLES = tuple(sorted(POINTS))
 # The same models with attn_implementation="eager": attention as matmul + additive float mask + softmax in
 # float32, and grouped-query attention through repeat_kv (expand + reshape), paths that sdpa does not take.
 EAGER_ATTENTION = {"bert": [(2, 7), (2, 333)], "llama": [(2, 7), (1, 333)]}
+# Llama with one key/value head (multi-query attention, as Gemma-2B and Falcon-7B have): q, k and v still one
+# product and the rotary rotations of q and k one step (ir/stacked_pointwise.py), k and v read as one head.
+MULTI_QUERY = {"llama": [(2, 7), (1, 333)]}
 
 EAGER_MODEL_FILE = """\
 import importlib.util
@@ -56,6 +59,31 @@ dynamic_ranges = base.dynamic_ranges
 """
 
 
+MULTI_QUERY_MODEL_FILE = """\
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("example_{name}", {path!r})
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+base.CONFIGS["small"] = {{**base.CONFIGS["small"], "num_key_value_heads": 1}}
+
+
+def model():
+    return base.build("small")
+
+
+example_inputs = base.example_inputs
+dynamic_axes = base.dynamic_axes
+dynamic_ranges = base.dynamic_ranges
+"""
+# name suffix -> the model file that builds the example so
+VARIANT_MODEL_FILES = {"-eager": EAGER_MODEL_FILE, "-mqa": MULTI_QUERY_MODEL_FILE}
+
+
+def base_name(name: str) -> str:
+    return next((name.removesuffix(suffix) for suffix in VARIANT_MODEL_FILES if name.endswith(suffix)), name)
+
+
 def padded_batch(batch: int, seq: int, gen: torch.Generator) -> list[torch.Tensor]:
     """BERT's inputs: random tokens; sequence b keeps seq - (b + 1) * seq // (2 * batch) tokens (at least one),
     then padding, so every batch longer than one token has zeros in its attention mask."""
@@ -68,7 +96,7 @@ def padded_batch(batch: int, seq: int, gen: torch.Generator) -> list[torch.Tenso
 
 
 def inputs_for(name: str, point: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
-    name = name.removesuffix("-eager")
+    name = base_name(name)
     gen = torch.Generator().manual_seed(seed)
     if name == "vit":
         return [torch.randn(point[0], 3, 32, 32, generator=gen)]
@@ -86,10 +114,11 @@ def packages(tmp_path_factory, runtime_build, rt):
         if name not in cache:
             folder = tmp_path_factory.mktemp(name)
             model_file = EXAMPLES / name / "model.py"
-            if name.endswith("-eager"):
-                base = name.removesuffix("-eager")
+            base = base_name(name)
+            if base != name:
                 model_file = folder / "model.py"
-                model_file.write_text(EAGER_MODEL_FILE.format(name=base, path=str(EXAMPLES / base / "model.py")))
+                template = VARIANT_MODEL_FILES[name.removeprefix(base)]
+                model_file.write_text(template.format(name=base, path=str(EXAMPLES / base / "model.py")))
             start = time.perf_counter()
             exported = export(model_file, folder)
             seconds = time.perf_counter() - start
@@ -105,6 +134,7 @@ def _cases() -> list:
     """Every (example, point); the full-length ones (a few seconds each at seq 2048) are marked slow."""
     cases = [(name, point) for name in HF_EXAMPLES for point in POINTS[name]]
     cases += [(f"{name}-eager", point) for name, points in EAGER_ATTENTION.items() for point in points]
+    cases += [(f"{name}-mqa", point) for name, points in MULTI_QUERY.items() for point in points]
     return [pytest.param(name, point, id=f"{name}-{'x'.join(map(str, point))}",
                          marks=[pytest.mark.slow] if point[-1] >= 2048 else [])
             for name, point in cases]

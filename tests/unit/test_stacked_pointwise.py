@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
-from aotpack.lowering.ir.kernels import AttentionKernel, PointwiseKernel
+from aotpack.lowering.ir.kernels import AttentionKernel, MatmulKernel, PointwiseKernel
 from aotpack.lowering.ir.stacked_pointwise import stack_pointwise
 from aotpack.lowering.stages import lower
 from interpreter import run_in_interpreter  # tests/unit/interpreter.py
@@ -73,6 +73,16 @@ def test_the_rotations_of_q_and_k_are_one_step_read_through_views():
     assert attention.q.strides == attention.k.strides
 
 
+def test_one_kv_head_stacks_too():
+    # k one head wide reads its rotated half at the index the inverse frequencies are read at: they are no bias
+    # of k (ir/sibling_products.py), so q, k and v are one product and the rotations stack
+    torch.manual_seed(0)
+    program = lowered(Rotary(kv=1))
+    assert sum(isinstance(s, MatmulKernel) for s in program.steps) == 1
+    (rotation,) = pointwise(program)
+    assert int(rotation.shape[1]) == 4 + 1
+
+
 def test_rotations_that_differ_stay_two_steps():
     torch.manual_seed(0)
     program = lowered(Rotary(kv=2, differ=True))
@@ -92,8 +102,7 @@ report = {}
 for kv in (1, 2, 4):
     model = Rotary(kv=kv).to(torch.float16)  # the interpreter has no bfloat16 (numpy)
     program = lowered(model, torch.float16)
-    # one kv head: q, k and v stay three products (ir/sibling_products.py), so the rotations read two buffers
-    assert len(pointwise(program)) == (2 if kv == 1 else 1), kv
+    assert len(pointwise(program)) == 1, kv
     for b, s in ((1, 1), (2, 7), (3, 40)):
         x = torch.randn(b, s, 32, dtype=torch.float16)
         outs, _ = run_program(program, render_triton_library(program), [x])
