@@ -15,7 +15,9 @@ Steps A (shape Sa) and B (shape Sb), consecutive, are stacked along dimension d 
 - every reader of A and of B reads it in a way copy_elision's `retarget` composes with a view (attention's q, k
   and v; aligned pointwise and reduction loads), else both stay as they were.
 The stacked step writes A's values then B's along d in one buffer of shape Sa with d's extent summed; A's readers
-read it from offset 0 and B's from Sa[d] times d's stride.
+read it from offset 0 and B's from Sa[d] times d's stride. Pairs only: a third step continuing the pair would have
+the pair's readers read the stacked buffer at an offset (B's heads), which `retarget` does not compose (q, k and v
+each through one expression, say; tried in session 25).
 """
 
 from __future__ import annotations
