@@ -139,6 +139,18 @@ def map_indices(node: Node, fn) -> Node:
     return node
 
 
+def map_exprs(node: Node, fn) -> Node:
+    """The tree with `fn` applied to every size expression it holds: load offsets, indirect bounds, index values."""
+    if isinstance(node, Load):
+        indirect = tuple(Indirect(i.var, map_exprs(i.value, fn), fn(i.size), i.wrap, i.what) for i in node.indirect)
+        return Load(node.buffer, fn(node.index), node.dtype, indirect)
+    if isinstance(node, IndexValue):
+        return IndexValue(fn(node.expr), node.dtype)
+    if isinstance(node, Op):
+        return Op(node.name, tuple(map_exprs(a, fn) for a in node.args), node.dtype)
+    return node
+
+
 def rename_buffer(node: Node, old: str, new: str) -> Node:
     """The tree reading buffer `new` wherever it read `old`."""
     if isinstance(node, Load):

@@ -3,7 +3,7 @@ slices of one dimension become one step over both slices, and their readers read
 
 A rotary embedding applies the same rotation to q and to k: two pointwise steps, [batch, heads, seq, dim] and
 [batch, kv_heads, seq, dim], each reading its heads' columns of the one q|k|v product (ir/sibling_products.py) at
-16 * head + column. Since k's columns follow q's, k's expression is q's with the head index shifted by q's head
+dim * head + column. Since k's columns follow q's, k's expression is q's with the head index shifted by q's head
 count, so q's expression over heads + kv_heads computes both: one launch instead of two for every layer of a
 rotary model (Llama, Mistral, Qwen, Phi-3, GPT-NeoX), 8 of the Llama example's 77 kernels.
 
@@ -27,9 +27,10 @@ from dataclasses import replace
 
 import sympy
 
+from . import scalar
 from .copy_elision import retarget
 from .kernels import Buffer, Kernel, PointwiseKernel, Program, StridedView
-from .scalar import Const, IndexValue, Indirect, Load, Node, Op
+from .scalar import Node
 from .symbolic import contiguous_strides, index_var
 
 
@@ -91,21 +92,9 @@ def _stacking_dim(a: PointwiseKernel, b: PointwiseKernel) -> int | None:
 
 def _shifted(node: Node, var: sympy.Symbol, by: sympy.Expr) -> Node:
     """The tree with index variable `var` replaced by var + by in every offset, bound and index value."""
-    return _map_exprs(node, lambda e: sympy.sympify(e).xreplace({var: var + by}))
+    return scalar.map_exprs(node, lambda e: sympy.sympify(e).xreplace({var: var + by}))
 
 
 def _expanded(node: Node) -> Node:
     """The tree with every index expression expanded, so that equal expressions compare equal."""
-    return _map_exprs(node, lambda e: sympy.expand(sympy.sympify(e)))
-
-
-def _map_exprs(node: Node, fn) -> Node:
-    if isinstance(node, Load):
-        indirect = tuple(Indirect(i.var, _map_exprs(i.value, fn), fn(i.size), i.wrap, i.what) for i in node.indirect)
-        return Load(node.buffer, fn(node.index), node.dtype, indirect)
-    if isinstance(node, IndexValue):
-        return IndexValue(fn(node.expr), node.dtype)
-    if isinstance(node, Op):
-        return Op(node.name, tuple(_map_exprs(arg, fn) for arg in node.args), node.dtype)
-    assert isinstance(node, Const), node
-    return node
+    return scalar.map_exprs(node, lambda e: sympy.expand(sympy.sympify(e)))
