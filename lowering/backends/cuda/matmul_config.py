@@ -24,7 +24,7 @@ scripts/gpu_matmul_bench.py measures these choices against other tiles and again
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 SM_COUNT = {80: 108, 86: 84, 89: 128, 90: 132, 100: 148, 120: 170}
 
@@ -196,6 +196,27 @@ def persistent_shared_bytes(bm: int, bn: int, bk: int, warps: int, stages: int, 
 TMA_MIN_ROWS = 256
 PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False), (128, 128, 64, 8, 4, False),
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
+
+
+# The fewest pipeline stages smaller_matmul_config gives a product: one step's tiles loading while the previous
+# step's are multiplied. One stage would serialise every load with the multiply; a smaller tile costs less.
+MIN_STAGES = 2
+
+
+def smaller_matmul_config(config: MatmulConfig) -> MatmulConfig | None:
+    """The next smaller configuration than `config` in shared memory, for a product whose compiled block needs
+    more than some target gives one (fit.py): a pipeline stage fewer (each holds an a and a b tile), down to
+    MIN_STAGES; then the tile halved along its longer side (its rows on a tie), no side below tl.dot's 16, at
+    most 4 warps below 128 x 128 as in the table; then the K step halved, down to 16. None when nothing is
+    smaller. Everything else (persistent, split-K) stays as it was."""
+    if config.num_stages > MIN_STAGES:
+        return replace(config, num_stages=config.num_stages - 1)
+    bm, bn, bk = config.bm, config.bn, config.bk
+    if max(bm, bn) > 16:
+        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
+        warps = config.num_warps if bm * bn >= 128 * 128 else min(config.num_warps, 4)
+        return replace(config, bm=bm, bn=bn, num_warps=warps)
+    return replace(config, bk=bk // 2) if bk > 16 else None
 
 
 def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
