@@ -14,7 +14,8 @@
     plan_memory      kernel IR -> arena offsets for every intermediate, sized for the declared maxima (ir/)
     render_<lang>    kernel IR -> one library of kernels from templates/<lang>/, per backend (codegen/ core,
                      backends/<kind>/ spellings): render_cpp, render_triton
-    compile_<lang>   library -> binaries, per backend: compile_cpp (kernels.so), compile_triton (cubins)
+    compile_<lang>   library -> binaries, per backend: compile_cpp (kernels.so), compile_triton (cubins, with
+                     any kernel whose block needs more shared memory than a target gives rendered smaller)
     serialize        everything -> program.json's plain data (packages/program.py writes it)
 
 A package for `--target cpu,cuda` runs lower, prepack_weights, transpose_kn_weights, plan_memory, render_cpp,
@@ -114,7 +115,13 @@ def _render(backend: Backend) -> Callable[[Compilation], Compilation]:
 
 
 def _compile(backend: Backend) -> Callable[[Compilation], Compilation]:
-    return lambda state: state.with_artifacts(backend, binaries=backend.compile(state.artifacts[backend.kind].library))
+    # The backend may hand back another library than it was given (CUDA: kernels rendered smaller to fit a
+    # target's shared memory): later stages package the one its binaries were compiled from.
+    def run(state: Compilation) -> Compilation:
+        compiled = backend.compile(state.program, state.artifacts[backend.kind].library)
+        return state.with_artifacts(backend, library=compiled.library, binaries=compiled.binaries)
+
+    return run
 
 
 def _serialize(state: Compilation) -> Compilation:

@@ -4,7 +4,8 @@ A backend is made for one target descriptor (targets.py) and fills in, in pipeli
 
     layout_passes  kernel IR -> kernel IR, laying data out the way its kernels read it (CPU: weight panels)
     render         kernel IR -> a RenderedLibrary in its language, through the codegen core
-    compile        RenderedLibrary -> its binaries (a shared library, cubins)
+    compile        RenderedLibrary -> its binaries (a shared library, cubins), and the library they were
+                   compiled from (CUDA renders a kernel smaller where its block does not fit a target)
     plan_section   what program.json holds for it beyond the plain step list (CUDA: grids, error messages)
     package_members, manifest_target, producer_versions   what it adds to the package file
 
@@ -48,7 +49,10 @@ class Backend:
     def render(self, program: Program) -> RenderedLibrary:
         raise NotImplementedError
 
-    def compile(self, library: RenderedLibrary) -> Any:
+    def compile(self, program: Program, library: RenderedLibrary) -> Artifacts:
+        """The library's binaries, with the library they were compiled from: `library`, or the program rendered
+        again where a kernel as rendered could not run on a target (CUDA: a block needing more shared memory than
+        it gives, cuda/fit.py). What later stages package is the returned library."""
         raise NotImplementedError
 
     def describe_binaries(self, binaries: Any) -> str:

@@ -29,8 +29,8 @@ class CpuBackend(Backend):
     def render(self, program: Program) -> RenderedLibrary:
         return render_cpp_library(program)
 
-    def compile(self, library: RenderedLibrary) -> bytes:
-        return compile_cpp_library(library.source, self.isa)
+    def compile(self, program: Program, library: RenderedLibrary) -> Artifacts:
+        return Artifacts(library, compile_cpp_library(library.source, self.isa))
 
     def describe_binaries(self, binaries: bytes) -> str:
         return f"kernels.so: {len(binaries)} bytes"

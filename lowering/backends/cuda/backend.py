@@ -29,11 +29,14 @@ class CudaBackend(Backend):
     def render(self, program: Program) -> RenderedLibrary:
         return render_triton_library(program, self.archs, tune=self.target.tune)
 
-    def compile(self, library: RenderedLibrary) -> dict[int, Any]:
-        """arch -> compile.CompiledArch."""
-        from .compile import compile_triton_library  # imports Triton only when exporting for CUDA
+    def compile(self, program: Program, library: RenderedLibrary) -> Artifacts:
+        """Binaries arch -> compile.CompiledArch, and the library compiled: `library`, with any kernel whose block
+        needs more shared memory than a target gives rendered smaller (fit.py)."""
+        from .fit import compile_fitting  # imports Triton only when exporting for CUDA
 
-        return compile_triton_library(library, self.archs)
+        library, binaries = compile_fitting(program, library, self.archs, lambda shrunk: render_triton_library(
+            program, self.archs, tune=self.target.tune, shrunk=shrunk))
+        return Artifacts(library, binaries)
 
     def describe_binaries(self, binaries: dict[int, Any]) -> str:
         return "\n".join(f"sm_{arch}: {len(c.kernels)} cubins, {sum(len(k.cubin) for k in c.kernels.values())} bytes, "

@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,7 +190,25 @@ def _cache_key(prelude: str, kernel: TritonKernel, arch: int, version: str) -> s
 
 
 def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> dict[int, CompiledArch]:
-    """Cubins of every kernel of `library` for each compute capability in `archs` (e.g. 80, 90)."""
+    """Cubins of every kernel of `library` for each compute capability in `archs` (e.g. 80, 90); a kernel whose
+    block needs more shared memory than one of them gives is refused. The export's compile stage renders such
+    kernels smaller instead (fit.py)."""
+    compiled = compile_kernels(library, archs)
+    for kernel, arch, shared, limit in oversized(library, compiled):
+        config = ", ".join(f"{k}={v}" for k, v in kernel.constexprs)
+        raise TritonCompileError(
+            f"the {kernel.family} kernel {kernel.name} ({config}, {kernel.num_stages} stages) needs {shared} bytes of "
+            f"shared memory per block, more than sm_{arch} GPUs give one ({limit}), so the package could not load "
+            f"there; export without sm_{arch} in --cuda-arch (an aotpack bug otherwise: please report it with the "
+            "model)")
+    return compiled
+
+
+def compile_kernels(library: RenderedLibrary, archs: tuple[int, ...],
+                    done: Mapping[tuple[int, str], CompiledKernel] = {}) -> dict[int, CompiledArch]:
+    """Cubins of every kernel of `library` for each of `archs`, whatever shared memory they need: from `done`
+    (by architecture and kernel name, which hashes the kernel's source and options: fit.py's earlier rounds),
+    else from the cache folder, else compiled."""
     triton = _require_triton()[0]
     cache = knobs.cache_dir() / "cuda"
     cache.mkdir(parents=True, exist_ok=True)
@@ -200,7 +218,9 @@ def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> 
         for kernel in library.kernels:
             key = _cache_key(library.prelude, kernel, arch, triton.__version__)
             meta_path, cubin_path = cache / f"{key}.json", cache / f"{key}.cubin"
-            if meta_path.exists() and cubin_path.exists():
+            if (arch, kernel.name) in done:
+                compiled[arch, kernel.name] = done[arch, kernel.name]
+            elif meta_path.exists() and cubin_path.exists():
                 meta = json.loads(meta_path.read_text())
                 compiled[arch, kernel.name] = CompiledKernel(cubin=cubin_path.read_bytes(), **meta)
             else:
@@ -210,18 +230,23 @@ def compile_triton_library(library: RenderedLibrary, archs: tuple[int, ...]) -> 
         for path, data in ((cubin_path, result.cubin),
                            (meta_path, json.dumps({k: v for k, v in result.__dict__.items() if k != "cubin"}).encode())):
             write_cache_file(path, data)
-    for arch in archs:
-        limit = SHARED_MEMORY_PER_BLOCK.get(arch)
-        for kernel in library.kernels:
-            if limit is not None and compiled[arch, kernel.name].shared > limit:
-                config = ", ".join(f"{k}={v}" for k, v in kernel.constexprs)
-                raise TritonCompileError(
-                    f"the {kernel.family} kernel {kernel.name} ({config}, {kernel.num_stages} stages) needs "
-                    f"{compiled[arch, kernel.name].shared} bytes of shared memory per block, more than sm_{arch} "
-                    f"GPUs give one ({limit}), so the package could not load there; export without sm_{arch} in "
-                    "--cuda-arch, or with --no-tune if it was tuned on a larger GPU (an aotpack bug otherwise: "
-                    "please report it with the model)")
     return {arch: CompiledArch(arch, {k.name: compiled[arch, k.name] for k in library.kernels}) for arch in archs}
+
+
+def oversized(library: RenderedLibrary,
+              compiled: dict[int, CompiledArch]) -> list[tuple[TritonKernel, int, int, int]]:
+    """(kernel, arch, its bytes of shared memory per block, the arch's limit) for each kernel whose block needs
+    more than an architecture gives one, at the architecture it exceeds most; the runtime would refuse to load it
+    there (cuda_executable.cpp)."""
+    over = []
+    for kernel in library.kernels:
+        excess = [(compiled[arch].kernels[kernel.name].shared - limit, arch) for arch in sorted(compiled)
+                  if (limit := SHARED_MEMORY_PER_BLOCK.get(arch)) is not None]
+        worst = max(excess, default=(0, 0))
+        if worst[0] > 0:
+            arch = worst[1]
+            over.append((kernel, arch, compiled[arch].kernels[kernel.name].shared, SHARED_MEMORY_PER_BLOCK[arch]))
+    return over
 
 
 # Below this many kernels to compile, starting worker processes (each imports Triton) costs more than it saves.

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,9 @@ class TritonKernel(RenderedKernel):
     # A split kernel's unsplit twin and its grid: what the package names as the step's kernel, so that a runtime
     # that does not know split-K launches it (docs/package-format.md, "split").
     fallback: tuple[TritonKernel, tuple[sympy.Expr, ...]] | None = None
+    # The configuration a product or attention was rendered at (None for the other families): what the compile
+    # stage renders smaller when the compiled block needs more shared memory than a target gives (fit.py).
+    config: MatmulConfig | AttentionConfig | None = None
 
 
 def _cdiv(a: sympy.Expr, b: int) -> sympy.Expr:
@@ -103,13 +107,17 @@ class TritonRenderer(KernelRenderer):
     language_name = "Triton"
 
     def __init__(self, program: Program, arch: int | None = None, tuning: Tuning | None = None,
-                 pdl: bool = False, tma: bool = False) -> None:
+                 pdl: bool = False, tma: bool = False,
+                 shrunk: Mapping[str, MatmulConfig | AttentionConfig] = {}) -> None:
         super().__init__(program)
         self.arch = arch  # the architecture configurations are chosen for (matmul_config.py); None: any
         self.pdl = pdl  # every kernel waits for the previous one itself (see `finish`)
         self.tma = tma  # every target has the tensor memory accelerator (sm_90+): persistent TMA products may run
         self.tuning = tuning  # export-time tuning (tuning.py): collects candidates, or applies its choices
         self._forced: MatmulConfig | AttentionConfig | None = None  # a configuration instead of the table's
+        # kernel name -> the smaller configuration to render it at instead: the compile stage's word that its
+        # block needs more shared memory than a target gives (fit.py)
+        self.shrunk = shrunk
 
     def candidates(self, kernel: Kernel) -> list[MatmulConfig | AttentionConfig]:
         """The configurations tuning may time for the kernel being rendered (its bucket's sizes), the table's
@@ -152,12 +160,17 @@ class TritonRenderer(KernelRenderer):
         return operand.dtype if isinstance(operand, GatheredOperand) else self.program.buffers[operand.buffer].dtype
 
     def render(self, kernel: Kernel) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
-        """The kernel at the table's configuration, or at the one tuning chose for its bucket."""
+        """The kernel at the table's configuration, or at the one tuning chose for its bucket; either rendered
+        smaller where the compile stage found it does not fit a target's shared memory (`shrunk`)."""
         rendered, grid = super().render(kernel)
-        if self.tuning is None or self._forced is not None:
-            return rendered, grid
-        chosen = self.tuning.visit(self, kernel, rendered)
-        return (rendered, grid) if chosen is None else self.render_with(kernel, chosen)
+        if self.tuning is not None and self._forced is None:
+            chosen = self.tuning.visit(self, kernel, rendered)
+            if chosen is not None:
+                rendered, grid = self.render_with(kernel, chosen)
+        # Each smaller configuration names a new kernel, which may not fit either and then maps on in its turn.
+        while rendered.name in self.shrunk:
+            rendered, grid = self.render_with(kernel, self.shrunk[rendered.name])
+        return rendered, grid
 
     def render_with(self, kernel: Kernel, config: MatmulConfig | AttentionConfig) -> tuple[TritonKernel, tuple[sympy.Expr, ...]]:
         """The kernel at `config` instead of the table's choice."""
@@ -221,7 +234,7 @@ class TritonRenderer(KernelRenderer):
             early_launch="_launch_dependents()" in body, l2_prefetch="_l2_prefetch(" in body,
             paired="acc_pair" in body,
             split_programs=meta.get("split_programs", 0), split_tile_bytes=meta.get("split_tile_bytes", 0),
-            fallback=meta.get("fallback"))
+            fallback=meta.get("fallback"), config=meta.get("config"))
         return rendered, meta["grid"]
 
     def prelude(self, kernels: list[RenderedKernel]) -> str:
@@ -495,7 +508,7 @@ class TritonRenderer(KernelRenderer):
             else self._store("acc", k.dtype),
             "meta": {"constexprs": constexprs, "num_warps": config.num_warps,
                      "num_stages": config.num_stages, "errors": [c.what for c in checks], "grid": grid,
-                     "persistent": config.persistent, **split_meta},
+                     "persistent": config.persistent, "config": config, **split_meta},
         }
 
     def _loads_epilogue_early(self, k: MatmulKernel, config: MatmulConfig) -> bool:
@@ -613,7 +626,7 @@ class TritonRenderer(KernelRenderer):
                 "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
-                         "errors": [c.what for c in writer.checks],
+                         "errors": [c.what for c in writer.checks], "config": config,
                          "grid": (_cdiv(k.q_len, bm), k.batch * k.heads, sympy.Integer(1))}}
         for name, view in views.items():
             data[name] = self.view(view, writer)
@@ -722,17 +735,19 @@ def _with_grid_dependency_wait(body: str, early: bool) -> str:
     return "\n".join([*lines[:at], *("    " + line for line in _grid_dependency_lines(early)), *lines[at:]])
 
 
-def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False) -> RenderedLibrary:
+def render_triton_library(program: Program, archs: tuple[int, ...] = (), tune: bool = False,
+                          shrunk: Mapping[str, MatmulConfig | AttentionConfig] = {}) -> RenderedLibrary:
     """Every step of a program as Triton: the prelude, then each distinct kernel once. Configurations are
     chosen for the newest of `archs` (one source is compiled for them all): from the tables, or with `tune`,
-    by timing candidates on this machine's GPU, which must be of that architecture (tuning.py). With no
-    architecture (Triton's interpreter) no kernel waits for programmatic dependent launch."""
+    by timing candidates on this machine's GPU, which must be of that architecture (tuning.py); `shrunk` renders
+    the kernels it names at smaller configurations (fit.py). With no architecture (Triton's interpreter) no
+    kernel waits for programmatic dependent launch."""
     arch = max(archs) if archs else None
     pdl = bool(archs) and min(archs) >= PDL_MIN_ARCH
     tma = bool(archs) and min(archs) >= TMA_MIN_ARCH
     if not tune:
-        return render_library(TritonRenderer(program, arch, pdl=pdl, tma=tma))
+        return render_library(TritonRenderer(program, arch, pdl=pdl, tma=tma, shrunk=shrunk))
     from .tuning import tuned_library  # imports torch's CUDA side only when tuning
 
-    return tuned_library(program, archs,
-                         lambda tuning: render_library(TritonRenderer(program, arch, tuning, pdl=pdl, tma=tma)))
+    return tuned_library(program, archs, lambda tuning: render_library(
+        TritonRenderer(program, arch, tuning, pdl=pdl, tma=tma, shrunk=shrunk)))

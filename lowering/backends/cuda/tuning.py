@@ -217,7 +217,7 @@ class Timer:
                     self.measured += 1
                 totals[i] += self.cache[key]
         for i, (_, kernel, _) in enumerate(job.candidates):
-            if i and self._too_large(kernel):  # the table's choice fits: compile_triton_library checks it
+            if i and self._too_large(kernel):  # the table's choice stays: the compile stage shrinks it (fit.py)
                 shared = self.cache[self._shared_key(kernel)]
                 self.failures.append(f"{kernel.name}: needs {shared:.0f} bytes of shared memory per block, more "
                                      f"than a target architecture gives ({self.shared_limit})")
