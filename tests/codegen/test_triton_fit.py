@@ -59,10 +59,11 @@ def _products(state) -> dict[str, tuple[MatmulConfig, int]]:
             for k in artifacts.library.kernels if k.family == "matmul"}
 
 
-def _chain(config: MatmulConfig) -> list[MatmulConfig]:
-    """`config` and every smaller configuration after it, in the order the compile stage tries them."""
+def _chain(config, smaller=smaller_matmul_config) -> list:
+    """`config` and every smaller configuration after it, in the order the compile stage tries them: a smaller
+    tile starts again at the stages `config` had."""
     chain = [config]
-    while (config := smaller_matmul_config(config)) is not None:
+    while (config := smaller(config, chain[0].num_stages)) is not None:
         chain.append(config)
     return chain
 
@@ -134,18 +135,17 @@ def test_a_limit_no_configuration_fits_fails_with_what_where_and_what_to_do(tmp_
 def test_the_next_smaller_configuration_takes_a_stage_then_a_tile_then_depth():
     chain = _chain(MatmulConfig(128, 256, 64, 8, 8, 3))
     assert [(c.bm, c.bn, c.bk, c.num_warps, c.num_stages) for c in chain] == [
-        (128, 256, 64, 8, 3), (128, 256, 64, 8, 2), (128, 128, 64, 8, 2), (64, 128, 64, 4, 2), (64, 64, 64, 4, 2),
-        (32, 64, 64, 4, 2), (32, 32, 64, 4, 2), (16, 32, 64, 4, 2), (16, 16, 64, 4, 2), (16, 16, 32, 4, 2),
-        (16, 16, 16, 4, 2)]
+        (128, 256, 64, 8, 3), (128, 256, 64, 8, 2), (128, 128, 64, 8, 3), (128, 128, 64, 8, 2), (64, 128, 64, 4, 3),
+        (64, 128, 64, 4, 2), (64, 64, 64, 4, 3), (64, 64, 64, 4, 2), (32, 64, 64, 4, 3), (32, 64, 64, 4, 2),
+        (32, 32, 64, 4, 3), (32, 32, 64, 4, 2), (16, 32, 64, 4, 3), (16, 32, 64, 4, 2), (16, 16, 64, 4, 3),
+        (16, 16, 64, 4, 2), (16, 16, 32, 4, 3), (16, 16, 32, 4, 2), (16, 16, 16, 4, 3), (16, 16, 16, 4, 2)]
+    assert smaller_matmul_config(MatmulConfig(64, 64, 64, 8, 4, 2)) == MatmulConfig(32, 64, 64, 8, 4, 2)
     split = MatmulConfig(16, 32, 128, 8, 4, 4, split_k=4)
     assert smaller_matmul_config(split) == MatmulConfig(16, 32, 128, 8, 4, 3, split_k=4)
     persistent = MatmulConfig(128, 256, 64, 8, 8, 2, persistent=True)
-    assert smaller_matmul_config(persistent) == MatmulConfig(128, 128, 64, 8, 8, 2, persistent=True)
+    assert smaller_matmul_config(persistent, 4) == MatmulConfig(128, 128, 64, 8, 8, 4, persistent=True)
 
-    attention = AttentionConfig(128, 64, 8, 3)
-    chain = [attention]
-    while (attention := smaller_attention_config(attention)) is not None:
-        chain.append(attention)
+    chain = _chain(AttentionConfig(128, 64, 8, 3), smaller_attention_config)
     assert [(c.bm, c.bn, c.num_warps, c.num_stages) for c in chain] == [
-        (128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (32, 16, 4, 2),
-        (16, 16, 4, 2)]
+        (128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (64, 32, 4, 2),
+        (32, 32, 4, 3), (32, 32, 4, 2), (32, 16, 4, 3), (32, 16, 4, 2), (16, 16, 4, 3), (16, 16, 4, 2)]

@@ -37,18 +37,20 @@ def attention_config(q_max: int, kv_max: int, head_dim: int, wide: bool) -> Atte
 MIN_STAGES = 2
 
 
-def smaller_attention_config(config: AttentionConfig) -> AttentionConfig | None:
+def smaller_attention_config(config: AttentionConfig, stages: int | None = None) -> AttentionConfig | None:
     """The next smaller configuration than `config` in shared memory, for attention whose compiled block needs
     more than some target gives one (fit.py): a pipeline stage fewer (each holds a block of keys and one of
     values), down to MIN_STAGES; then the block halved along its longer side (the keys on a tie: they are what
-    every stage holds), no side below tl.dot's 16, at most 4 warps below 128 query rows as in the table. None
-    when nothing is smaller."""
+    every stage holds), no side below tl.dot's 16, at most 4 warps below 128 query rows as in the table, with
+    `stages` again (the stages of the configuration first shrunk; default: as many as now). None when nothing
+    is smaller."""
     if config.num_stages > MIN_STAGES:
         return replace(config, num_stages=config.num_stages - 1)
     if max(config.bm, config.bn) <= 16:
         return None
     bm, bn = (config.bm // 2, config.bn) if config.bm > config.bn else (config.bm, config.bn // 2)
-    return replace(config, bm=bm, bn=bn, num_warps=config.num_warps if bm >= 128 else min(config.num_warps, 4))
+    return replace(config, bm=bm, bn=bn, num_warps=config.num_warps if bm >= 128 else min(config.num_warps, 4),
+                   num_stages=config.num_stages if stages is None else stages)
 
 
 # (BM, BN, warps, stages) that scripts/gpu_attention_bench.py found competitive on an H200 for some shape

@@ -7,7 +7,8 @@ bytes at the table's 128 x 256 tile, over sm_90's 232448, where Triton 3.9 neede
 cubin says for sure, and the runtime refuses a kernel that needs more than its GPU gives a block. So the
 compile stage, rather than failing the export, renders each such kernel (the step's, or its bucket's variant)
 at the next smaller configuration (`smaller_matmul_config`, `smaller_attention_config`: a pipeline stage
-fewer, then a smaller tile), compiles what changed, and repeats until every kernel fits. Only a kernel with
+fewer, then a smaller tile at the stages it began with), compiles what changed, and repeats until every kernel
+fits. Only a kernel with
 nothing smaller to try fails the export. Each change is reported as a note, and the package carries the
 library as finally rendered, so the same model, targets and Triton give the same bytes.
 """
@@ -35,6 +36,7 @@ def compile_fitting(program: Program, library: RenderedLibrary, archs: tuple[int
     gives rendered smaller (`render(shrunk)`: the program rendered again as the render stage did, each kernel
     named in `shrunk` at that configuration instead); the library as compiled, and its cubins."""
     shrunk: dict[str, Config] = {}
+    stages: dict[Config, int] = {}  # a smaller configuration -> the stages of the one first shrunk to it
     done: dict[tuple[int, str], CompiledKernel] = {}  # what earlier rounds compiled: only what changed compiles
     while True:
         compiled = compile_kernels(library, archs, done)
@@ -44,7 +46,7 @@ def compile_fitting(program: Program, library: RenderedLibrary, archs: tuple[int
             return library, compiled
         for kernel, arch, shared, limit in over:
             where = _where(program, library, kernel.name)
-            smaller = _smaller(kernel.config)
+            smaller = _smaller(kernel.config, stages)
             if smaller is None or kernel.name in shrunk:  # (the second: a render that ignored `shrunk`, a bug)
                 raise TritonCompileError(
                     f"the {kernel.family} kernel of {where} needs {shared} bytes of shared memory per block at "
@@ -57,7 +59,8 @@ def compile_fitting(program: Program, library: RenderedLibrary, archs: tuple[int
             owners = [k for k in library.kernels if isinstance(k, TritonKernel) and k.fallback is not None
                       and k.fallback[0].name == kernel.name]
             for owner in (kernel, *owners):
-                shrunk[owner.name] = _smaller(owner.config)
+                shrunk[owner.name] = _smaller(owner.config, stages)
+                stages.setdefault(shrunk[owner.name], stages.get(owner.config, owner.config.num_stages))
             progress.current().line(
                 f"note: the {kernel.family} kernel of {where} needs {shared} bytes of shared memory per block at "
                 f"{_describe(kernel)}, more than sm_{arch} gives one ({limit}): rendered again at "
@@ -65,11 +68,12 @@ def compile_fitting(program: Program, library: RenderedLibrary, archs: tuple[int
         library = render(shrunk)
 
 
-def _smaller(config: Config | None) -> Config | None:
+def _smaller(config: Config | None, stages: Mapping[Config, int]) -> Config | None:
+    """The next configuration to try; a smaller tile gets the stages its chain began with."""
     if isinstance(config, MatmulConfig):
-        return smaller_matmul_config(config)
+        return smaller_matmul_config(config, stages.get(config))
     if isinstance(config, AttentionConfig):
-        return smaller_attention_config(config)
+        return smaller_attention_config(config, stages.get(config))
     return None  # only products and attention have configurations to shrink
 
 

@@ -203,20 +203,24 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
 MIN_STAGES = 2
 
 
-def smaller_matmul_config(config: MatmulConfig) -> MatmulConfig | None:
+def smaller_matmul_config(config: MatmulConfig, stages: int | None = None) -> MatmulConfig | None:
     """The next smaller configuration than `config` in shared memory, for a product whose compiled block needs
     more than some target gives one (fit.py): a pipeline stage fewer (each holds an a and a b tile), down to
     MIN_STAGES; then the tile halved along its longer side (its rows on a tie), no side below tl.dot's 16, at
-    most 4 warps below 128 x 128 as in the table; then the K step halved, down to 16. None when nothing is
-    smaller. Everything else (persistent, split-K) stays as it was."""
+    most 4 warps below 128 x 128 as in the table; then the K step halved, down to 16. A smaller tile gets
+    `stages` again (the stages of the configuration first shrunk; default: as many as now): where fewer stages
+    did not help, the block is mostly the epilogue's (GPT-2's attention-output product took 262144 bytes at
+    128 x 256 with 3 stages and with 2, Triton 3.6), and the half tile may have room for them. None when
+    nothing is smaller. Everything else (persistent, split-K) stays."""
     if config.num_stages > MIN_STAGES:
         return replace(config, num_stages=config.num_stages - 1)
+    stages = config.num_stages if stages is None else stages
     bm, bn, bk = config.bm, config.bn, config.bk
     if max(bm, bn) > 16:
         bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
         warps = config.num_warps if bm * bn >= 128 * 128 else min(config.num_warps, 4)
-        return replace(config, bm=bm, bn=bn, num_warps=warps)
-    return replace(config, bk=bk // 2) if bk > 16 else None
+        return replace(config, bm=bm, bn=bn, num_warps=warps, num_stages=stages)
+    return replace(config, bk=bk // 2, num_stages=stages) if bk > 16 else None
 
 
 def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
