@@ -9,18 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from tuning_stub import LastCandidateTimer  # tests/tuning_stub.py
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
 
 from aotpack import progress
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.backends.cuda import compile as cuda_compile
+from aotpack.lowering.backends.cuda import tuning
 from aotpack.lowering.backends.cuda.attention_config import AttentionConfig, smaller_attention_config
 from aotpack.lowering.backends.cuda.compile import TritonCompileError
 from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig, smaller_matmul_config
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.stages import run_stages
-from aotpack.lowering.targets import parse_targets
+from aotpack.lowering.targets import CudaTarget, Targets
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,11 +46,11 @@ def _captured():
     return capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
 
 
-def _export(captured):
-    """The stages for sm_90 from the tables, and the notes they printed."""
+def _export(captured, tune: bool = False):
+    """The stages for sm_90, from the tables or tuned, and the notes they printed."""
     lines: list[str] = []
     with progress.reporting(progress.Progress(lines.append)):
-        state = run_stages(captured, parse_targets("cuda", "90", "x86-64", tune=False))
+        state = run_stages(captured, Targets(None, CudaTarget((90,), tune)))
     return state, [line for line in lines if "shared memory" in line]
 
 
@@ -118,6 +120,29 @@ def test_a_kernel_over_the_limit_is_rendered_smaller_and_the_export_goes_on(tmp_
     assert again.artifacts["cuda"].library == library
     assert backend.package_members(again.artifacts["cuda"]) == members
     assert again.program_json == fitted.program_json
+
+
+def test_a_tuned_library_keeps_its_choices_where_it_renders_a_kernel_smaller(tmp_path, monkeypatch):
+    """The compile stage renders the program again as the render stage did, tuning included (its times come
+    from the cache on a GPU; here a stand-in chooses every bucket's last candidate)."""
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "Timer", LastCandidateTimer)
+    monkeypatch.setattr(tuning, "MIN_MICROSECONDS", 0.0)  # every bucket of the small product tuned
+    captured = _captured()
+    tuned, _ = _export(captured, tune=True)
+    table, _ = _export(captured)
+    before = _products(tuned)
+    assert set(before) != set(_products(table)), "tuning chose other configurations than the tables"
+    limit = max(shared for _, shared in before.values()) - 1
+    monkeypatch.setitem(cuda_compile.SHARED_MEMORY_PER_BLOCK, 90, limit)
+
+    fitted, notes = _export(captured, tune=True)
+    after = _products(fitted)
+    over = {name for name, (_, shared) in before.items() if shared > limit}
+    assert notes and over and all(shared <= limit for _, shared in after.values()), after
+    assert set(before) - over <= set(after), "the tuned kernels that fit are kept"
+    for name in set(after) - set(before):
+        assert any(after[name][0] in _chain(before[o][0])[1:] for o in over), after[name]
 
 
 def test_a_limit_no_configuration_fits_fails_with_what_where_and_what_to_do(tmp_path, monkeypatch):

@@ -8,9 +8,8 @@ cubin says for sure, and the runtime refuses a kernel that needs more than its G
 compile stage, rather than failing the export, renders each such kernel (the step's, or its bucket's variant)
 at the next smaller configuration (`smaller_matmul_config`, `smaller_attention_config`: a pipeline stage
 fewer, then a smaller tile at the stages it began with), compiles what changed, and repeats until every kernel
-fits. Only a kernel with
-nothing smaller to try fails the export. Each change is reported as a note, and the package carries the
-library as finally rendered, so the same model, targets and Triton give the same bytes.
+fits. Only a kernel with nothing smaller to try fails the export. Each change is reported as a note, and the
+package carries the library as finally rendered, so the same model, targets and Triton give the same bytes.
 """
 
 from __future__ import annotations
