@@ -270,3 +270,8 @@ def test_a_candidate_some_target_cannot_load_is_not_chosen(tmp_path):
     assert totals[:2] == [1.0, 0.9] and totals[2] == float("inf")
     assert "more than a target architecture gives (101376)" in timer.failures[0]
     assert shared_memory_limit((90,)) == 232448 and shared_memory_limit((75,)) is None
+    # the table's choice (the first) over the limit is not chosen either: a fitting candidate is, however slow
+    timer.cache[timer._shared_key(candidates[0][1])] = 150_000.0
+    timer.failures.clear()
+    assert timer.times(job) == [float("inf"), 0.9, float("inf")]
+    assert len(timer.failures) == 2

@@ -216,8 +216,10 @@ class Timer:
                     self.cache[key] = self._time(kernel, grid, values, buffers)
                     self.measured += 1
                 totals[i] += self.cache[key]
+        # A candidate some target cannot load is not chosen, the table's either: where none fits, the table's stays
+        # (tuned_library keeps it at an infinite time) and the compile stage renders it smaller (fit.py).
         for i, (_, kernel, _) in enumerate(job.candidates):
-            if i and self._too_large(kernel):  # the table's choice stays: the compile stage shrinks it (fit.py)
+            if self._too_large(kernel):
                 shared = self.cache[self._shared_key(kernel)]
                 self.failures.append(f"{kernel.name}: needs {shared:.0f} bytes of shared memory per block, more "
                                      f"than a target architecture gives ({self.shared_limit})")
