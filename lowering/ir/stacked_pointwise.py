@@ -82,17 +82,12 @@ def _stacking_dim(a: PointwiseKernel, b: PointwiseKernel) -> int | None:
         if any(sympy.expand(ea - eb) != 0 for i, (ea, eb) in enumerate(zip(a.shape, b.shape)) if i != d):
             continue
         var = index_var("i", d)
-        shifted, value = _shifted(a.value, var, a.shape[d]), b.value
+        shifted, value = scalar.substitute(a.value, {var: var + a.shape[d]}), b.value
         if b.shape[d] == 1:  # B's lowering wrote its index there as 0 (a dimension of one element)
-            shifted, value = _shifted(shifted, var, -var), _shifted(value, var, -var)
+            shifted, value = scalar.substitute(shifted, {var: 0}), scalar.substitute(value, {var: 0})
         if _expanded(shifted) == _expanded(value):
             return d
     return None
-
-
-def _shifted(node: Node, var: sympy.Symbol, by: sympy.Expr) -> Node:
-    """The tree with index variable `var` replaced by var + by in every offset, bound and index value."""
-    return scalar.map_exprs(node, lambda e: sympy.sympify(e).xreplace({var: var + by}))
 
 
 def _expanded(node: Node) -> Node:

@@ -204,6 +204,7 @@ class Timer:
     def times(self, job: Job) -> list[float]:
         """Each candidate's milliseconds summed over the job's sizes (infinity: it cannot run here)."""
         totals = [0.0] * len(job.candidates)
+        mask_only = _mask_only_buffers(job.kernel)
         for values in job.sizes:
             buffers = None  # allocated once per size, for the candidates not in the cache
             for i, (_, kernel, grid) in enumerate(job.candidates):
@@ -211,8 +212,7 @@ class Timer:
                 if key in self.cache:
                     self.cached += 1
                 else:
-                    live = _mask_only_buffers(job.kernel)
-                    buffers = buffers or [self._buffer(b, values, b in live) for b in job.args]
+                    buffers = buffers or [self._buffer(b, values, b in mask_only) for b in job.args]
                     self.cache[key] = self._time(kernel, grid, values, buffers)
                     self.measured += 1
                 totals[i] += self.cache[key]
