@@ -5,7 +5,7 @@ A rotary embedding applies the same rotation to q and to k: two pointwise steps,
 [batch, kv_heads, seq, dim], each reading its heads' columns of the one q|k|v product (ir/sibling_products.py) at
 dim * head + column. Since k's columns follow q's, k's expression is q's with the head index shifted by q's head
 count, so q's expression over heads + kv_heads computes both: one launch instead of two for every layer of a
-rotary model (Llama, Mistral, Qwen, Phi-3, GPT-NeoX), 8 of the Llama example's 77 kernels.
+rotary model (Llama, Mistral, Qwen, Phi-3, GPT-NeoX), 8 of the full-size Llama example's 74 steps.
 
 Steps A (shape Sa) and B (shape Sb), consecutive, are stacked along dimension d when:
 - both are pointwise, write arena intermediates of one dtype that no other step writes, and B does not read A's
