@@ -20,7 +20,13 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
 - `lateepilogue`: the defaults with every product's epilogue after its k loop (EARLY_EPILOGUE_ROWS = 0: before
   session 22);
 - `unstacked`: the defaults with ir/stacked_pointwise.py's pass skipped (a rotary embedding's q and k rotations as
-  two kernels, as before session 25).
+  two kernels, as before session 25);
+- `unfoldedidx`: the defaults with ir/epilogue.py's `_folded_indices` skipped (a residual read in a product's
+  epilogue through an int64 division and modulo by seq per row, as before session 26);
+- `nonorms`: an upper bound, not a package anyone should run: every row kernel that only products read as their
+  `a`, and that reads one arena buffer of its own size besides weights (a pre-norm model's layer or RMS norm
+  after the first), is dropped and its readers read its input instead. Its results are wrong (exported with
+  verification off, never compared); its time is what removing those kernels' launches and passes could gain.
 
 Runs: `none/off`, the `none` package launched without the attribute (a session with cuda_pdl=False: as
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
@@ -56,22 +62,29 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "always": {"EARLY_LAUNCH_ROWS": 10**9, "PREFETCH_ROWS": 0}, "unpaired": {"skip_passes": ["pair_products"]},
             "buckets4x": {"lowering.ir.buckets.LATER_FACTOR": 4},
             "untransposed": {"skip_passes": ["lowering.backends.cuda.backend.transpose_kn_weights"]},
-            "lateepilogue": {"EARLY_EPILOGUE_ROWS": 0}, "unstacked": {"skip_passes": ["stack_pointwise"]}}
+            "lateepilogue": {"EARLY_EPILOGUE_ROWS": 0}, "unstacked": {"skip_passes": ["stack_pointwise"]},
+            "nonorms": {"drop_norms": True}, "unfoldedidx": {"skip_passes": ["lowering.ir.epilogue._folded_indices"]}}
 # (package, the session's options, label)
 RUNS = (("none", {"cuda_pdl": False}, "none/off"), ("none", {}, "none/wait"), ("policy", {}, "policy"),
         ("always", {}, "always"), ("unpaired", {}, "unpaired"), ("buckets4x", {}, "buckets4x"),
         ("policy", {"cuda_graphs": False}, "nographs"), ("untransposed", {}, "untransposed"),
-        ("lateepilogue", {}, "lateepilogue"), ("unstacked", {}, "unstacked"))
+        ("lateepilogue", {}, "lateepilogue"), ("unstacked", {}, "unstacked"), ("nonorms", {}, "nonorms"), ("unfoldedidx", {}, "unfoldedidx"))
 
 EXPORT_CODE = """
-import importlib, json, os, sys, time
+import functools, importlib, json, os, sys, time
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
 from aotpack.lowering import stages
 from aotpack.lowering.backends.cuda import render
 from aotpack.api import export_model_file
 model_file, package, arch, constants, tune, dynamic = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+verify = "range"
 for name, value in json.loads(constants).items():
-    if name == "skip_passes":  # IR passes left out: those `lower` (lowering/stages.py) calls, or another module's
+    if name == "drop_norms":  # the `nonorms` upper bound (see the docstring): wrong results, not verified
+        sys.path.insert(0, os.path.join(os.path.dirname(importlib.import_module("aotpack").__file__), "scripts"))
+        from pdl_bench import drop_norms
+        stages.stack_pointwise = functools.partial(drop_norms, stages.stack_pointwise)
+        verify = "off"
+    elif name == "skip_passes":  # IR passes left out: those `lower` (lowering/stages.py) calls, or another module's
         for skipped in value:
             module, attr = skipped.rsplit(".", 1) if "." in skipped else (None, skipped)
             setattr(importlib.import_module("aotpack." + module) if module else stages, attr, lambda program: program)
@@ -82,9 +95,41 @@ for name, value in json.loads(constants).items():
         setattr(render, name, value)
 start = time.perf_counter()
 export_model_file(model_file, package, dynamic=dynamic, dtype="bf16", target="cuda", cuda_arch=arch,
-                  tune=None if tune == "1" else False)
+                  tune=None if tune == "1" else False, verify=verify)
 print("EXPORT_S", round(time.perf_counter() - start, 1))
 """
+
+
+def drop_norms(lower_last, program):
+    """`nonorms`: `lower_last` (the last pass of `lower`), then the row kernels that only products read as their
+    `a` and that read one arena buffer of their own size and dtype dropped, their readers reading that buffer."""
+    from dataclasses import replace
+
+    import sympy
+    from aotpack.lowering.ir.kernels import MatmulKernel, RowKernel, StridedView
+
+    program = lower_last(program)
+    steps = list(program.steps)
+
+    def size(name):
+        return sympy.expand(sympy.Mul(*program.buffers[name].shape))
+
+    for step in [s for s in steps if isinstance(s, RowKernel)]:
+        readers = [s for s in steps if step.output in s.reads()]
+        arena = [b for b in step.reads() if program.buffers[b].kind == "arena"]
+        if (len(arena) != 1 or size(arena[0]) != size(step.output) or not readers
+                or program.buffers[arena[0]].dtype != program.buffers[step.output].dtype
+                or step.output in program.outputs
+                or any(not isinstance(r, MatmulKernel) or not isinstance(r.a, StridedView) or r.a.buffer != step.output
+                       or step.output in (*r.epilogue_reads(), *(() if isinstance(r.b, StridedView) and r.b.buffer
+                                                                 != step.output else (step.output,)))
+                       for r in readers)):
+            continue
+        for r in readers:
+            steps[steps.index(r)] = replace(r, a=replace(r.a, buffer=arena[0]))
+        steps.remove(step)
+    print("DROPPED_NORMS", len(program.steps) - len(steps))
+    return replace(program, steps=tuple(steps))
 
 
 def export_variants(names: list[str], variants: list[str], arch: int, tune: bool) -> dict[tuple[str, str], Path]:

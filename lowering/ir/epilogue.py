@@ -98,7 +98,14 @@ def _fuse_one(steps: list, t: int, program: Program) -> tuple[int, MatmulKernel]
     if indices is None:
         return None
     epilogue = scalar.substitute(p.value, indices, {load: product_value(m.dtype) for load in own})
-    return r, replace(m, output=p.output, epilogue=epilogue)
+    return r, replace(m, output=p.output, epilogue=_folded_indices(epilogue))
+
+
+def _folded_indices(epilogue: scalar.Node) -> scalar.Node:
+    """The epilogue's loads at the product's element folded: a [batch, seq, n] residual read at the row split
+    back into (row // seq, row % seq) is read at row * n again, not through an int64 division and modulo per
+    row (scripts/pdl_bench.py's `unfoldedidx` variant skips this)."""
+    return scalar.map_indices(epilogue, fold_div_mod)
 
 
 def _index_of(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:

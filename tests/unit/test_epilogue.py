@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sympy
 import torch
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.ir import scalar
 from aotpack.lowering.ir.epilogue import fuse_epilogues
-from aotpack.lowering.ir.kernels import MatmulKernel
+from aotpack.lowering.ir.kernels import ACC, MatmulKernel, epilogue_vars
 from interpreter import run_in_interpreter  # tests/unit/interpreter.py
 from torch import nn
 
@@ -42,8 +44,9 @@ class Transposed(nn.Module):
         return torch.relu((x @ self.w).transpose(0, 1)) * 2
 
 
-def lowered(model: nn.Module, x: torch.Tensor):
-    spec = ModelSpec(HERE / "model.py", model.eval(), (x,), ("x",), {"x": {0: "n"}}, {"n": (1, 64)})
+def lowered(model: nn.Module, x: torch.Tensor, dims: dict[int, str] | None = None):
+    dims = dims or {0: "n"}
+    spec = ModelSpec(HERE / "model.py", model.eval(), (x,), ("x",), {"x": dims}, {name: (1, 64) for name in dims.values()})
     plan = resolve_symbols(spec)
     return GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
 
@@ -58,6 +61,22 @@ def test_bias_activation_and_residual_fuse_into_their_products():
     assert len(fused.buffers) == len(program.buffers) - 2  # the two products' outputs are never stored
     # the epilogue reads the bias (and the residual) itself
     assert len(products[0].reads()) == 3 and len(products[1].reads()) == 4, [p.reads() for p in products]
+
+
+def test_a_residual_over_batch_and_seq_is_read_at_the_products_row():
+    """x is [batch, seq, 16]: the products' rows are batch * seq, and the residual add reads x at the row split
+    back into (row // seq, row % seq). Folded (fold_div_mod), the epilogue reads it at row * 16 + column, with
+    no division or modulo per row left in the kernel."""
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    torch.manual_seed(0)
+    fused = fuse_epilogues(lowered(Mlp(), torch.randn(2, 5, 16), {0: "batch", 1: "seq"}))
+    down = [s for s in fused.steps if isinstance(s, MatmulKernel)][1]
+    _, row, column = epilogue_vars()
+    residual = [load for load in scalar.loads(down.epilogue) if load.buffer != ACC and load.index.free_symbols & {row}]
+    assert [load.index for load in residual] == [16 * row + column], residual
+    for load in scalar.loads(down.epilogue):
+        assert not any(isinstance(e, (FloorDiv, ModularIndexing)) for e in sympy.preorder_traversal(load.index))
 
 
 def test_a_consumer_reading_the_product_transposed_is_not_fused():
