@@ -79,3 +79,37 @@ def test_other_kernels_get_a_variant_that_launches_its_successor_early_for_few_r
     assert [upto for upto, _ in buckets] == [128, None]
     assert "_launch_dependents()" in buckets[0][1] and "_launch_dependents()" not in buckets[1][1]
     assert [upto for upto, _ in _variants(program, (80,))] == [None]  # no PDL: one kernel for every size
+
+
+RUN_FEW_ROW_NORM = r"""
+import json, sys, torch
+sys.path[:0] = [sys.argv[1]]
+from triton_interp import run_program
+from test_golden import CASES
+from aotpack.lowering.backends.cuda.render import render_triton_library
+program = CASES["row_layer_norm_gathered"]
+torch.manual_seed(0)
+program.weights["w2"] = torch.randn(4, 8).to(torch.float16)
+bucketed, whole = render_triton_library(program, (90,)), render_triton_library(program)
+few = bucketed.variants_of(0).variants[0]
+kernels = {k.name: k for k in bucketed.kernels}
+report = {"few": [few.upto, dict(kernels[few.kernel].constexprs)["XBLOCK"], kernels[few.kernel].num_warps]}
+for rows in (1, 3, 16, 17, 40):
+    ids = torch.randint(0, 4, (rows,))
+    got, errors = run_program(program, bucketed, [ids])
+    ref, _ = run_program(program, whole, [ids])
+    report[rows] = [errors, float((got[0].float() - ref[0].float()).abs().max()), float(ref[0].float().abs().max())]
+print(json.dumps(report))
+"""
+
+
+def test_few_row_row_kernels_hold_a_row_a_program_with_the_same_results():
+    """With PDL a row kernel's buckets of at most ROW_PER_PROGRAM_ROWS rows hold one row a program (one warp for
+    a row this short); its results equal the four-rows-a-program kernel's, inside and past that bucket, on the
+    gathered layer norm's golden program in the Triton interpreter."""
+    from triton_interp import run_in_interpreter
+
+    report = run_in_interpreter(RUN_FEW_ROW_NORM)
+    assert report.pop("few") == [16, 1, 1]
+    for rows, (errors, worst, scale) in report.items():
+        assert errors == [] and scale > 0.5 and worst <= 1e-3 * scale, f"{rows} rows: {errors} {worst} {scale}"

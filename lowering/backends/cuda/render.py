@@ -325,7 +325,11 @@ class TritonRenderer(KernelRenderer):
         arg_names, sym_names = self.names(k)
         xnumel, rnumel = product(k.rows), product(k.reduced)
         rblock = max(16, next_pow2(self.max(rnumel)))
-        xblock = max(1, min(next_pow2(self.max(xnumel)), self.ROW_ELEMENTS // rblock, 64))
+        if self.max(xnumel) <= ROW_PER_PROGRAM_ROWS:
+            xblock, num_warps = 1, max(1, min(16, rblock // ROW_PER_PROGRAM_ELEMENTS))
+        else:
+            xblock = max(1, min(next_pow2(self.max(xnumel)), self.ROW_ELEMENTS // rblock, 64))
+            num_warps = min(16, max(1, xblock * rblock // 512))
         constexprs = {"XBLOCK": xblock, "RBLOCK": rblock}
         # One writer for every part: a value the reductions and the pointwise pass share (the row's elements,
         # a gathered embedding) is loaded and computed once, and each index read from data checked once.
@@ -356,8 +360,7 @@ class TritonRenderer(KernelRenderer):
             "rindices": self._decompose("r", "r", k.reduced, writer.index), "parts": parts,
             "body": writer.lines[lines:], "checks": point_checks,
             "store_value": self._store(value, self.program.buffers[k.output].dtype),
-            "meta": {"constexprs": constexprs, "num_warps": min(16, max(1, xblock * rblock // 512)),
-                     "num_stages": 1, "errors": [c.what for c in checks],
+            "meta": {"constexprs": constexprs, "num_warps": num_warps, "num_stages": 1, "errors": [c.what for c in checks],
                      "grid": (_cdiv(xnumel, xblock), sympy.Integer(1), sympy.Integer(1))},
         }
 
@@ -708,6 +711,12 @@ PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop
 # registers a thread at 4 warps for a residual tile.
 EARLY_EPILOGUE_ROWS = 128
 EARLY_EPILOGUE_ELEMENTS = 64 * 64
+# A row kernel of a bucket of at most this many rows holds one row a program, with a warp per
+# ROW_PER_PROGRAM_ELEMENTS of it (32 a thread), so that a 768- or 1024-wide norm reduces within one warp (shuffles,
+# no shared memory or barrier between its two reductions) instead of across the 8 warps of four rows, three of
+# them empty at one token.
+ROW_PER_PROGRAM_ROWS = 16
+ROW_PER_PROGRAM_ELEMENTS = 1024
 PRODUCT_NAMES = frozenset({"acc", "acc_own", "acc_pair"})  # the template's names of the product in an epilogue
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
