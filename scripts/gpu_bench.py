@@ -229,6 +229,25 @@ def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, st
     return out
 
 
+def host_launch_us(launches: int = 2000) -> float:
+    """Microseconds the host takes to launch one tiny eager kernel (an in-place add on one element; median of 5
+    batches of `launches`): how fast this machine's host is right now. Every wall time here depends on it,
+    eager's most, so a loaded or slow host shows in this figure first (session 26 had a run whose eager times
+    were twice their usual)."""
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(launches):
+            x.add_(1)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / launches * 1e6)
+    return round(statistics.median(times), 2)
+
+
 def package_families(package: Path) -> dict[str, str]:
     """Each CUDA kernel's name (as CUPTI reports it) -> its family (matmul, attention, row, ...)."""
     from aotpack.packages.reader import read_package
@@ -490,6 +509,10 @@ def markdown(summary: dict) -> str:
              "(torch.profiler), kernels only, measured with graphs and without programmatic dependent launch (with "
              "it, a kernel's wait for its predecessor counts as its time). \"limit\": 1.1 x kernel time + 0.030 ms; \"vs best\": aotpack / the "
              "best of the three peers.")
+    host = summary.get("host_launch_us") or {}
+    if host:
+        intro += (f" The host launched a tiny eager kernel in {host.get('start')} us before the run and "
+                  f"{host.get('end', '-')} us after it (host_launch_us: a slow or loaded host inflates every wall time).")
     header = ("| model | seq | eager | torch.compile | torch.compile + CUDA graphs | **aotpack** | aotpack no graphs "
               "| aotpack no PDL | aotpack host I/O | aotpack kernels ms (count) | limit | vs best | first run (capture) |")
     lines = [intro, "", header,
@@ -661,7 +684,7 @@ def main() -> int:
 
     major, minor = torch.cuda.get_device_capability(0)
     summary: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "seqs": list(seqs),
-                     "models": []}
+                     "models": [], "host_launch_us": {"start": host_launch_us()}}
     try:
         import triton
 
@@ -707,6 +730,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 rows[name].setdefault("peer_errors", []).append(f"{key}: {type(e).__name__}: {str(e)[:500]}")
             save()
+    summary["host_launch_us"]["end"] = host_launch_us()
     summary["plot"] = plot(summary, out_dir / "latency_vs_seq.png")
     save()
     print((out_dir / "bench_gpu.md").read_text())

@@ -34,7 +34,10 @@ Runs: `none/off`, the `none` package launched without the attribute (a session w
 packages ran before session 17); `none/wait`, the same launched with it (each kernel starts as its predecessor ends); `policy` and
 `always`, launched with it (the runtime's default); `nographs`, the `policy` package in a session without CUDA
 graphs. The others are timed with CUDA graphs; all with device tensors, interleaved
-round by round so that drift reaches all alike: the median of each round's median wall ms. The launch policies'
+round by round so that drift reaches all alike: the median of each round's median wall ms, with the lowest round
+(`min_ms`) and, per run, the rounds in which it was faster than the reference (`faster_rounds`: on a machine
+whose rounds jump between levels a few percent apart, a median can mislead where the pairwise count does not).
+The launch policies'
 outputs must equal the reference's bit for bit (the first of --runs: `none/off` unless left out); a variant that
 changes the kernels (`unpaired`, `buckets4x`) may round differently, so each run's largest difference to the
 reference, relative to its largest output, is recorded too.
@@ -251,11 +254,18 @@ def main() -> int:
                     rounds[key].append(median_ms(lambda s=s, dev=dev: s.run(dev), 30 if seq <= 512 else 15, sync=False))
             point = {"model": name, "seq": seq, "reference": reference_label, "equal_to_reference": equal,
                      "rel_diff_to_reference": differ,
-                     "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()}, "rounds": rounds}
+                     "ms": {key: round(statistics.median(v), 4) for key, v in rounds.items()},
+                     "min_ms": {key: round(min(v), 4) for key, v in rounds.items()},
+                     # rounds are timed in turns, so a run and the reference share each round's state of the
+                     # machine: in how many rounds each run was the faster of the two
+                     "faster_rounds": {key: sum(a < b for a, b in zip(v, rounds[reference_label]))
+                                       for key, v in rounds.items() if key != reference_label},
+                     "rounds": rounds}
             if args.timeline:
                 point["timeline"] = {key: timeline(lambda s=s, dev=dev: s.run(dev)) for key, s in sessions.items()}
             results["points"].append(point)
-            shown = ("model", "seq", "ms", "equal_to_reference", "rel_diff_to_reference", "timeline")
+            shown = ("model", "seq", "ms", "min_ms", "faster_rounds", "equal_to_reference", "rel_diff_to_reference",
+                     "timeline")
             print(json.dumps({k: point[k] for k in shown if k in point}), flush=True)
             (out / "pdl_bench.json").write_text(json.dumps(results, indent=1))
     return 0
