@@ -43,6 +43,7 @@ from .ir.dedupe import dedupe_kernels
 from .ir.epilogue import fuse_epilogues, fuse_shared_epilogues
 from .ir.kernels import MemoryPlan, Program
 from .ir.memory import plan_memory
+from .ir.norm_folding import fold_norms
 from .ir.paired_products import pair_products
 from .ir.row_fusion import fuse_rows
 from .ir.sibling_products import merge_sibling_products
@@ -78,7 +79,8 @@ class Stage:
 def lower(captured: CapturedProgram) -> Program:
     """The `lower` stage: the captured graph as kernel IR, its values simplified (ir/algebra.py), repeated
     kernels dropped, matrix-product epilogues fused, then row reductions fused with their consumers, and sibling
-    pointwise steps stacked (scripts and tests that look at the kernels an export makes call this). Row fusion
+    pointwise steps stacked, then norms between products folded into them where ir/norm_folding.py is on (scripts
+    and tests that look at the kernels an export makes call this). Row fusion
     runs after the others: the passes before it need not know row kernels, and it sees the consumers they leave;
     stacking, last, sees the pointwise steps that nothing fused."""
     program = GraphLowering(captured).run()
@@ -86,7 +88,8 @@ def lower(captured: CapturedProgram) -> Program:
     if factor is not None:
         program = perturbed(program, factor)
     program = merge_sibling_products(dedupe_kernels(simplify_values(program)))
-    return stack_pointwise(fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program))))))
+    program = stack_pointwise(fuse_rows(elide_copies(fuse_shared_epilogues(pair_products(fuse_epilogues(program))))))
+    return fold_norms(program)
 
 
 def _lower(state: Compilation) -> Compilation:

@@ -34,10 +34,10 @@ def check_weights(path: str | Path, weights: bytes, where: str) -> None:
     problems = mismatches(expected, read_tensors(weights, where))
     if problems:
         hint = ""
-        laid_out = (".panels", ".paired", ".transposed")
+        laid_out = (".panels", ".paired", ".transposed", ".normed", ".norm_c")
         if any("not in the package" in line for line in problems) and any(s in n for n in expected for s in laid_out):
             hint = ("\n  (some package weights are laid out at export, e.g. *.panels16, a CUDA package's [K, N] "
-                    "weights as *.transposed or a gated MLP's *.paired: "
+                    "weights as *.transposed, a gated MLP's *.paired or a folded norm's *.normed: "
                     "give the model's own parameters with --model model.py so refit lays them out as export does)")
         raise RefitError(f"{where} does not fit {path}: {len(problems)} mismatch(es) with the package's weights:\n  "
                          + "\n  ".join(problems) + hint)

@@ -20,7 +20,7 @@ import sympy
 
 from ...errors import UnsupportedError
 from ..ir.buckets import bucket_uppers
-from ..ir.kernels import Kernel, Program, StridedView
+from ..ir.kernels import Kernel, Program, StridedView, writes
 from ..ir.symbolic import lower_bound, upper_bound
 from .body import BodyWriter
 from .templates import template_env
@@ -81,8 +81,8 @@ class KernelRenderer:
         self._cap: tuple[sympy.Expr, int] | None = None  # (deciding size, bucket top) while rendering a variant
 
     def args(self, kernel: Kernel) -> list[str]:
-        """The buffers a kernel takes, in order: what it reads, then its output."""
-        return [*kernel.reads(), kernel.output]
+        """The buffers a kernel takes, in order: what it reads, then what it writes, its output last."""
+        return [*kernel.reads(), *writes(kernel)]
 
     def names(self, kernel: Kernel) -> tuple[dict[str, str], dict[sympy.Symbol, str]]:
         """Kernel-local names of its buffers (in0, in1, ..., out) and of the program's symbols (s_<name>)."""

@@ -218,6 +218,16 @@ def paired_value(dtype: str) -> Load:
     return Load(ACC, sympy.Integer(1), dtype)
 
 
+ROW_STAT = "@rowstat"  # the pseudo-buffer a product's epilogue reads its rows' statistics from (`row_stat`)
+ROW_SUM_GROUP = 16  # columns per group of a product's row sums (MatmulKernel.row_sums)
+
+
+def row_stat(power: int) -> Load:
+    """In the epilogue of a product with `row_stats`: the sum over the row being computed of the values
+    (power 1) or of their squares (power 2) that the producer summed, in float32."""
+    return Load(ROW_STAT, sympy.Integer(power), "float32")
+
+
 @dataclass(frozen=True)
 class MatmulKernel:
     """out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]; operands are strided views or gathered expressions
@@ -231,6 +241,12 @@ class MatmulKernel:
     A `paired` product computes two products of one `a` at once (ir/paired_products.py): b's columns 2j and
     2j + 1 are column j of each, and the epilogue combines the two (`product_value` and `paired_value`) into
     column j of out, which has n / 2 columns (`out_columns`).
+
+    With `row_sums` (ir/norm_folding.py) the kernel also writes that float32 buffer, [batch * m, groups, 2]: for
+    each output row and each group of ROW_SUM_GROUP consecutive output columns, the sum of the values it stored
+    (as stored, in out's dtype) and the sum of their squares. With `row_stats` it reads such a buffer, and its
+    epilogue's `row_stat(1)` and `row_stat(2)` are those sums over all of its row's groups: what a norm of the
+    row needs, without a kernel of its own.
     """
 
     output: str
@@ -243,6 +259,8 @@ class MatmulKernel:
     dtype: str
     epilogue: Node | None = None
     paired: bool = False
+    row_sums: str | None = None
+    row_stats: str | None = None
 
     family = "matmul"
 
@@ -252,11 +270,15 @@ class MatmulKernel:
         return self.n / 2 if self.paired else self.n
 
     def epilogue_reads(self) -> tuple[str, ...]:
-        """The buffers the epilogue reads besides the product itself."""
-        return tuple(b for b in _buffers_of(self.epilogue) if b != ACC) if self.epilogue is not None else ()
+        """The buffers the epilogue reads besides the product itself (and the row statistics, `row_stats`)."""
+        if self.epilogue is None:
+            return ()
+        return tuple(b for b in _buffers_of(self.epilogue) if b not in (ACC, ROW_STAT))
 
     def reads(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *self.epilogue_reads())))
+        stats = (self.row_stats,) if self.row_stats is not None else ()
+        return tuple(dict.fromkeys((*operand_buffers(self.a), *operand_buffers(self.b), *self.epilogue_reads(),
+                                    *stats)))
 
 
 @dataclass(frozen=True)
@@ -299,6 +321,13 @@ class AttentionKernel:
 
 
 Kernel = Union[PointwiseKernel, ReductionKernel, RowKernel, ScatterKernel, MatmulKernel, AttentionKernel]
+
+
+def writes(kernel: Kernel) -> tuple[str, ...]:
+    """The buffers a kernel writes: its output, and a product's row sums (MatmulKernel.row_sums)."""
+    if isinstance(kernel, MatmulKernel) and kernel.row_sums is not None:
+        return (kernel.row_sums, kernel.output)
+    return (kernel.output,)
 
 
 def _buffers_of(node: Node) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ allocates nothing, whatever the input sizes within their ranges.
 from __future__ import annotations
 
 from .dtypes import itemsize
-from .kernels import MemoryPlan, Program
+from .kernels import MemoryPlan, Program, writes
 from .symbolic import product, upper_bound
 
 ALIGNMENT = 64
@@ -28,8 +28,9 @@ def plan_memory(program: Program) -> MemoryPlan:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for t, step in enumerate(program.steps):
-        first.setdefault(step.output, t)
-        last[step.output] = max(last.get(step.output, t), t)
+        for written in writes(step):
+            first.setdefault(written, t)
+            last[written] = max(last.get(written, t), t)
         for name in step.reads():
             last[name] = t
     sizes = {name: max_bytes(program, name) for name, b in program.buffers.items() if b.kind in ("arena", "output")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import AotpackError
 from . import scalar
-from .kernels import BUFFER_KINDS, ROW_RESULT, MemoryPlan, Program, RowKernel, ScatterKernel
+from .kernels import BUFFER_KINDS, ROW_RESULT, MemoryPlan, Program, RowKernel, ScatterKernel, writes
 
 
 class IRError(AotpackError):
@@ -35,9 +35,10 @@ def verify_program(program: Program, stage: str) -> None:
             _verify_row(step, t, fail)
         if isinstance(step, ScatterKernel) and step.output not in written:
             fail(f"step {t} updates {step.output} in place before anything writes it")
-        if program.buffers[step.output].kind in ("input", "weight"):
-            fail(f"step {t} writes {step.output}, which is an {program.buffers[step.output].kind}")
-        written.add(step.output)
+        for output in writes(step):
+            if program.buffers[output].kind in ("input", "weight"):
+                fail(f"step {t} writes {output}, which is an {program.buffers[output].kind}")
+            written.add(output)
     for out in program.outputs:
         if program.buffers[out].kind != "output" or out not in written:
             fail(f"output buffer {out} is not an output written by a step")

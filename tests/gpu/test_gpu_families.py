@@ -148,6 +148,31 @@ def test_products_at_model_widths_match_eager_on_cuda(tmp_path, rt, cuda_arch):
         compare(session.run([to_numpy(x)]), expected, result.manifest["signature"], f"wide n={n}", half=half)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_folded_norms_match_eager_on_cuda(dtype, tmp_path, rt, cuda_arch, monkeypatch):
+    """ir/norm_folding.py on (it is off by default until timed): WideBlocks' second norm folds into the
+    product that writes its rows (row sums from its tiles, split-K and persistent ones included over 1..4096
+    rows) and the one that reads them (its epilogue applies the norm); CUDA graphs on, verified at export."""
+    from aotpack.lowering.ir import norm_folding
+
+    monkeypatch.setattr(norm_folding, "ENABLED", True)
+    torch.manual_seed(0)
+    module = WideBlocks().to(DTYPES[dtype]).eval()
+    spec = ModelSpec(HERE, module, (torch.randn(5, 768).to(DTYPES[dtype]),), ("x",), {"x": {0: "n"}},
+                     {"n": (1, 4096)})
+    result = export_cuda(spec, tmp_path / "folded.aotpack", cuda_arch)
+    assert result.manifest["verification"]["passed"]
+    session = rt.Model(result.path).session(device="cuda")
+    reference = copy.deepcopy(module).float()
+    for n in (1, 16, 300, 2048, 4096):
+        torch.manual_seed(n)
+        x = torch.randn(n, 768).to(DTYPES[dtype])
+        with torch.no_grad():
+            half, expected = [module(x)], [reference(x.float())]
+        compare(session.run([to_numpy(x)]), expected, result.manifest["signature"], f"folded n={n}",
+                half=half if dtype != "float32" else None)
+
+
 def test_bad_index_is_reported_not_read(tmp_path, rt, cuda_arch):
     module = Embedding().eval()
     spec = ModelSpec(HERE, module, (torch.randint(0, 50, (4,)),), ("x",), {"x": {0: "n"}}, {"n": (1, 8)})

@@ -39,7 +39,9 @@ from ...ir.kernels import (
     paired_value,
     product_value,
     row_result,
+    row_stat,
     split_gather,
+    writes,
 )
 from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
 from ...ir.symbolic import contiguous_strides, flat_offset, index_var
@@ -78,21 +80,22 @@ class CppRenderer(KernelRenderer):
 
     def _common(self, kernel: Kernel, exprs: list[sympy.Expr]) -> dict[str, Any]:
         args = self.args(kernel)
+        written = writes(kernel)
         arg_data = []
         for i, buffer in enumerate(args):
             dtype = self.program.buffers[buffer].dtype
             is_out = i == len(args) - 1
             arg_data.append({"cname": "out" if is_out else f"in{i}", "ctype": STORAGE_CTYPE[dtype],
-                             "qualifier": "" if is_out else "const "})
+                             "qualifier": "" if buffer in written else "const "})
         symbols = [{"cname": f"s_{s.name}", "index": i} for s, i in self.used_symbols(exprs)]
         return {"args": arg_data, "symbols": symbols, "output": "out"}
 
     def contract(self, kernel: Kernel) -> tuple[KernelArg, ...]:
-        """Each argument's access and buffer: what it reads, then the output it writes."""
-        args = self.args(kernel)
-        return tuple(KernelArg(i == len(args) - 1, self.program.buffers[b].dtype,
+        """Each argument's access and buffer: what it reads, then what it writes."""
+        written = writes(kernel)
+        return tuple(KernelArg(b in written, self.program.buffers[b].dtype,
                                json.dumps([to_json(d) for d in self.program.buffers[b].shape], separators=(",", ":")))
-                     for i, b in enumerate(args))
+                     for b in self.args(kernel))
 
     def finish(self, kernel: Kernel, body: str, data: dict[str, Any]) -> tuple[CppKernel, None]:
         # Named by its body and its arguments' contract, so that steps share a kernel only where the table's one
@@ -280,9 +283,15 @@ class CppRenderer(KernelRenderer):
         fused epilogue (ir/epilogue.py), computed per element with e1, e2 its row and column."""
         out_dtype = self.program.buffers[k.output].dtype
         element = "tile[i * NC + 2 * j]" if k.paired else "tile[i * NC + j]"
+        sums = None
+        if k.row_sums is not None:  # a folded norm's row sums (ir/norm_folding.py), per 16 of the tile's columns
+            if k.paired:
+                raise UnsupportedError("row sums of a paired product's output (ir/norm_folding.py folds none)")
+            sums = {"name": arg_names[k.row_sums], "groups": int(self.program.buffers[k.row_sums].shape[1]),
+                    "load": load_from_storage("dst[j]", out_dtype)}
         if k.epilogue is None:
             return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
-                    "epilogue_lines": None, "paired": False}
+                    "epilogue_lines": None, "paired": False, "row_sums": sums, "row_stat_lines": []}
         e0, e1, e2 = epilogue_vars()
         writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
 
@@ -292,9 +301,19 @@ class CppRenderer(KernelRenderer):
         writer.bind(product_value(k.dtype), rounded(element))
         if k.paired:
             writer.bind(paired_value(k.dtype), rounded("tile[i * NC + 2 * j + 1]"))
+        stats = []
+        if k.row_stats is not None:  # a folded norm's row sums (ir/norm_folding.py): the row's groups added up
+            groups, name = int(self.program.buffers[k.row_stats].shape[1]), arg_names[k.row_stats]
+            stats = ["float rstat1 = 0.0f, rstat2 = 0.0f;",
+                     f"for (int64_t g = 0; g < {groups}; ++g) {{",
+                     f"  rstat1 += {name}[(bi * M + e1) * {2 * groups} + 2 * g];",
+                     f"  rstat2 += {name}[(bi * M + e1) * {2 * groups} + 2 * g + 1];",
+                     "}"]
+            writer.bind(row_stat(1), "rstat1")
+            writer.bind(row_stat(2), "rstat2")
         value = writer.value(k.epilogue)
         return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
-                "epilogue_lines": writer.lines, "paired": k.paired}
+                "epilogue_lines": writer.lines, "paired": k.paired, "row_sums": sums, "row_stat_lines": stats}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""

@@ -47,6 +47,7 @@ from ...ir.kernels import (
     paired_value,
     product_value,
     row_result,
+    row_stat,
     split_gather,
 )
 from ...ir.mask_structure import DEAD_SCORE, skips_dead_keys
@@ -495,6 +496,12 @@ class TritonRenderer(KernelRenderer):
             programs = -(-self.max(k.m) // bm) * -(-self.max(k.n) // bn) * self.max(k.batch) * config.split_k
             split_meta = {"split_programs": programs, "split_tile_bytes": bm * bn * 4,
                           "fallback": self.render_with(k, dataclasses.replace(config, split_k=1))}
+        operands["row_sums"] = None
+        if k.row_sums is not None:  # a folded norm's row sums (ir/norm_folding.py): this tile's share
+            if k.paired:
+                raise UnsupportedError("row sums of a paired product's output (ir/norm_folding.py folds none)")
+            operands["row_sums"] = {"name": arg_names[k.row_sums],
+                                    "groups": int(self.program.buffers[k.row_sums].shape[1])}
         return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
             "k": writer.index(k.k), "a_name": None, "b_name": None, **operands,
@@ -574,8 +581,16 @@ class TritonRenderer(KernelRenderer):
         writer.bind(product_value(k.dtype), rounded("acc_own" if k.paired else "acc"))
         if k.paired:
             writer.bind(paired_value(k.dtype), rounded("acc_pair"))
+        stats = []
+        if k.row_stats is not None:  # a folded norm's row sums (ir/norm_folding.py): the row's groups added up
+            groups = int(self.program.buffers[k.row_stats].shape[1])
+            ptrs = f"{arg_names[k.row_stats]} + rm[:, None] * {2 * groups} + tl.arange(0, {next_pow2(groups)})[None, :] * 2"
+            mask = f"(rm[:, None] < M) & (tl.arange(0, {next_pow2(groups)})[None, :] < {groups})"
+            for power in (1, 2):
+                stats.append(f"rstat{power} = tl.sum(tl.load({ptrs} + {power - 1}, mask={mask}, other=0.0), axis=1)[:, None]")
+                writer.bind(row_stat(power), f"rstat{power}")
         value = writer.value(k.epilogue)
-        return {"lines": writer.lines, "value": value}, writer.checks
+        return {"lines": stats + writer.lines, "value": value}, writer.checks
 
     def attention(self, k: AttentionKernel) -> tuple[str, dict[str, Any]]:
         return "attention.py.jinja", self._attention(k)
