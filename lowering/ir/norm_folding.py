@@ -164,6 +164,11 @@ def _combined_by_producer(program: Program, t: int) -> Program | None:
     own = Load(producer.output, e1 * width + e2, combination.dtype)
     if own not in scalar.loads(combined):
         return None
+    # every read of those intermediates, in the norm and in the other readers of the product, must be inside
+    # the combination: the product's buffer holds the combination from now on, not its own value
+    hidden = Load("@combination", sympy.Integer(0), combination.dtype)
+    if any(load.buffer in stored for tree in trees for load in scalar.loads(_swap(tree, {combination: hidden}))):
+        return None
     value = producer.epilogue if producer.epilogue is not None else product_value(producer.dtype)
     steps = list(program.steps)
     steps[producer_at] = replace(producer, epilogue=_swap(combined, {own: scalar.cast(value, combination.dtype)}))
@@ -177,13 +182,10 @@ def _combined_by_producer(program: Program, t: int) -> Program | None:
                 and sympy.expand(other.m - rows) == 0 and producer.output not in operand_buffers(other.a)
                 and producer.output not in operand_buffers(other.b)):
             return None
-        rewritten = _swap(other.epilogue, {combined: own})
-        if own not in scalar.loads(rewritten) or any(load.buffer == producer.output and load != own
-                                                    for load in scalar.loads(rewritten)):
-            return None
-        if rewritten == other.epilogue:
+        probe = scalar.loads(_swap(other.epilogue, {combined: hidden}))
+        if hidden not in probe or any(load.buffer == producer.output for load in probe):
             return None  # it reads the raw product some other way
-        steps[s] = replace(other, epilogue=rewritten)
+        steps[s] = replace(other, epilogue=_swap(other.epilogue, {combined: own}))
     return replace(program, steps=tuple(steps))
 
 
@@ -256,7 +258,7 @@ def _recognise(program: Program, step: RowKernel) -> _Norm | None:
     except (_NotAffine, sympy.PolynomialError):
         return None
     slope, intercept = sympy.diff(value, _X), value.subs(_X, 0)
-    if sympy.diff(slope, _X) != 0:
+    if slope == 0 or sympy.diff(slope, _X) != 0:
         return None
     g, scale = slope.as_independent(_S1, _S2, as_Add=False)
     if scale.free_symbols & set(vectors) or g.free_symbols - set(vectors):
@@ -312,7 +314,7 @@ def _folded_reader(step: MatmulKernel, norm: _Norm, sums: str, buffers: dict[str
     """The product that read the norm's row, reading x through W' and applying the norm in its epilogue."""
     view = step.b
     weight = buffers[view.buffer]
-    stored = weights[weight.source]
+    stored = weights[weight.source].contiguous()
     n = int(sympy.sympify(step.n))
     columns = torch.as_strided(stored.reshape(-1), (norm.width, n),
                                (int(view.strides[1]), int(view.strides[2])), int(view.offset)).float()
