@@ -6,8 +6,9 @@
                      ir/epilogue.py fuses each matrix product's elementwise consumer into it, or the work
                      its readers share, ir/paired_products.py computes a product and the one its epilogue
                      reads (a gated MLP's) in one kernel, ir/copy_elision.py turns copies into views of what
-                     they copy, and ir/row_fusion.py fuses row reductions and their pointwise consumer into
-                     row kernels)
+                     they copy, ir/row_fusion.py fuses row reductions and their pointwise consumer into
+                     row kernels, ir/stacked_pointwise.py stacks sibling pointwise steps, and, where it is on,
+                     ir/norm_folding.py folds norms between products into them)
     <layout passes>  kernel IR -> kernel IR, each backend's (cpu: prepack_weights, the matmul weights laid
                      out in the panels its kernel reads; cuda: transpose_kn_weights, [K, N] weights stored
                      [N, K] as nn.Linear's are)

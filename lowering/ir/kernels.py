@@ -242,11 +242,12 @@ class MatmulKernel:
     2j + 1 are column j of each, and the epilogue combines the two (`product_value` and `paired_value`) into
     column j of out, which has n / 2 columns (`out_columns`).
 
-    With `row_sums` (ir/norm_folding.py) the kernel also writes that float32 buffer, [batch * m, groups, 2]: for
-    each output row and each group of ROW_SUM_GROUP consecutive output columns, the sum of the values it stored
-    (as stored, in out's dtype) and the sum of their squares. With `row_stats` it reads such a buffer, and its
-    epilogue's `row_stat(1)` and `row_stat(2)` are those sums over all of its row's groups: what a norm of the
-    row needs, without a kernel of its own.
+    With `row_sums` (ir/norm_folding.py) the kernel also writes that float32 buffer, [batch * m, groups, 2],
+    groups = out columns / ROW_SUM_GROUP: partial sums of the values it stored in each row (as stored, in out's
+    dtype) and of their squares, which over a row's groups add up to the row's sums (how a backend splits them
+    is its own: the C++ kernel per group of ROW_SUM_GROUP columns, a Triton program its tile's share in the
+    tile's first group and zeros in the others). With `row_stats` it reads such a buffer, and its epilogue's
+    `row_stat(1)` and `row_stat(2)` are the row's sums: what a norm of the row needs, without a kernel of its own.
     """
 
     output: str
