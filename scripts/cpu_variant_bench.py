@@ -2,10 +2,11 @@
 makes on the GPU.
 
     python scripts/cpu_variant_bench.py [--model llama] [--skip pair_products] [--seqs 1,16,128,512] [--threads 2]
+    python scripts/cpu_variant_bench.py --model gpt2 --set lowering.ir.norm_folding.ENABLED=1   # a pass turned on
 
 Exports examples/MODEL at its full size twice through the public pipeline (float32, target cpu, verification at
 the example; seq 1..512): as the exporter makes it, and with the passes of --skip (names of what `lower` in
-lowering/stages.py calls) left out. Then times both packages in turns, 5 rounds of the best of a few calls each,
+lowering/stages.py calls) left out, or with --set's module constant (an integer) set instead. Then times both packages in turns, 5 rounds of the best of a few calls each,
 and prints the medians in ms and whether the outputs are identical bit for bit.
 """
 
@@ -26,9 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 EXPORT_CODE = """
 import os, sys
 os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"
+import importlib
 from aotpack.lowering import stages
 for skipped in filter(None, sys.argv[3].split(",")):
     setattr(stages, skipped, lambda program: program)
+for setting in filter(None, sys.argv[4].split(",")):
+    name, value = setting.split("=")
+    module, constant = name.rsplit(".", 1)
+    setattr(importlib.import_module("aotpack." + module), constant, int(value))
 from aotpack.api import export_model_file
 export_model_file(sys.argv[1], sys.argv[2], dynamic=("seq=1..512",), verify="example")
 """
@@ -38,6 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="llama")
     parser.add_argument("--skip", default="pair_products")
+    parser.add_argument("--set", default="", help="MODULE.CONSTANT=INT for the second package instead of --skip")
     parser.add_argument("--seqs", default="1,16,128,512")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -50,11 +57,12 @@ def main() -> int:
     from gpu_bench import MODELS
 
     model_file = REPO / "examples" / args.model / "model.py"
-    variants = {"default": "", f"without {args.skip}": args.skip}
+    variants = {"default": ("", ""), (f"with {args.set}" if args.set else f"without {args.skip}"):
+                ("", args.set) if args.set else (args.skip, "")}
     sessions = {}
-    for label, skip in variants.items():
-        package = Path(tempfile.gettempdir()) / f"cpu_variant_{args.model}_{len(skip)}.aotpack"
-        subprocess.run([sys.executable, "-c", EXPORT_CODE, str(model_file), str(package), skip], check=True)
+    for i, (label, (skip, setting)) in enumerate(variants.items()):
+        package = Path(tempfile.gettempdir()) / f"cpu_variant_{args.model}_{i}.aotpack"
+        subprocess.run([sys.executable, "-c", EXPORT_CODE, str(model_file), str(package), skip, setting], check=True)
         sessions[label] = runtime.Model(package).session(num_threads=args.threads, device="cpu")
     module = example_module(model_file)
     for seq in (int(s) for s in args.seqs.split(",")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,7 +292,7 @@ class CppRenderer(KernelRenderer):
                     "load": load_from_storage("dst[j]", out_dtype)}
         if k.epilogue is None:
             return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(element, out_dtype),
-                    "epilogue_lines": None, "paired": False, "row_sums": sums, "row_stat_lines": []}
+                    "epilogue_lines": None, "paired": False, "row_sums": sums, "row_lines": []}
         e0, e1, e2 = epilogue_vars()
         writer = body_writer(arg_names, {**sym_names, e0: "bi", e1: "e1", e2: "e2"})
 
@@ -312,8 +313,9 @@ class CppRenderer(KernelRenderer):
             writer.bind(row_stat(1), "rstat1")
             writer.bind(row_stat(2), "rstat2")
         value = writer.value(k.epilogue)
+        per_row, per_element = _split_row_invariant(writer.lines)
         return {"out_ctype": STORAGE_CTYPE[out_dtype], "store": store_to_storage(value, out_dtype),
-                "epilogue_lines": writer.lines, "paired": k.paired, "row_sums": sums, "row_stat_lines": stats}
+                "epilogue_lines": per_element, "paired": k.paired, "row_sums": sums, "row_lines": stats + per_row}
 
     def _memory_view(self, operand: StridedView | PanelView, writer: BodyWriter) -> dict[str, Any]:
         """A memory operand's offset and strides; panels (b_packed) are addressed by the template itself."""
@@ -452,3 +454,30 @@ def _reduction_parts(op: str, acc_dtype: str) -> tuple[str, str, str]:
 def render_cpp_library(program: Program) -> RenderedLibrary:
     """The whole C++ kernel library of a program: prelude, then each distinct kernel once."""
     return render_library(CppRenderer(program))
+
+
+_ASSIGNMENT = re.compile(r"const [\w:<>]+ (\w+) = (.*);")
+_PER_ELEMENT = frozenset({"j", "e2", "tile", "dst"})  # what the float template's epilogue varies along a row
+
+
+def _split_row_invariant(lines: list[str]) -> tuple[list[str], list[str]]:
+    """An epilogue's statements split into those that depend only on the row (a folded norm's scale from the
+    row's sums), computed once per row before the loop over its columns, and the rest, each part in its order.
+    From the first statement that is not one plain assignment on, everything stays per element."""
+    per_row: list[str] = []
+    per_element: list[str] = []
+    varying = set(_PER_ELEMENT)
+    opaque = False
+    for line in lines:
+        match = None if opaque else _ASSIGNMENT.fullmatch(line)
+        if match is None:
+            opaque = True
+            per_element.append(line)
+            continue
+        name, expr = match.groups()
+        if set(re.findall(r"[A-Za-z_]\w*", expr)) & varying:
+            varying.add(name)
+            per_element.append(line)
+        else:
+            per_row.append(line)
+    return per_row, per_element
