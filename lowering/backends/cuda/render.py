@@ -584,7 +584,8 @@ class TritonRenderer(KernelRenderer):
         stats = []
         if k.row_stats is not None:  # a folded norm's row sums (ir/norm_folding.py): the row's groups added up
             groups = int(self.program.buffers[k.row_stats].shape[1])
-            ptrs = f"{arg_names[k.row_stats]} + rm[:, None] * {2 * groups} + tl.arange(0, {next_pow2(groups)})[None, :] * 2"
+            ptrs = (f"{arg_names[k.row_stats]} + (bi * M + rm)[:, None] * {2 * groups}"
+                    f" + tl.arange(0, {next_pow2(groups)})[None, :] * 2")
             mask = f"(rm[:, None] < M) & (tl.arange(0, {next_pow2(groups)})[None, :] < {groups})"
             for power in (1, 2):
                 stats.append(f"rstat{power} = tl.sum(tl.load({ptrs} + {power - 1}, mask={mask}, other=0.0), axis=1)[:, None]")
