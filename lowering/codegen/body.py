@@ -9,6 +9,8 @@ How a constant, a load, an op or a checked index is written is the `BodySpelling
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sympy
@@ -124,3 +126,27 @@ class BodyWriter:
             self.hoisted.append(self.spelling.assign(name, self.spelling.types["int64"], self.index(base)))
         rest = sympy.Add(*[t for t in terms if t not in outer])
         return f"{self._hoisted_names[base]} + {self.index(rest, extra)}"
+
+
+def split_independent(lines: list[str], names: frozenset[str],
+                      assignment: Callable[[str], tuple[str, str] | None]) -> tuple[list[str], list[str]]:
+    """A body's statements split, each part in its order, into those that use none of `names` nor a name
+    assigned from them (which may run earlier, or once outside a loop), and the rest. `assignment` parses a
+    statement into (the name it assigns, its expression), or None: from such a statement on, all are the rest."""
+    independent: list[str] = []
+    dependent: list[str] = []
+    tainted, opaque = set(names), False
+    for line in lines:
+        parsed = None if opaque else assignment(line)
+        if parsed is None:
+            opaque = True
+            dependent.append(line)
+            continue
+        name, expr = parsed
+        if set(re.findall(r"[A-Za-z_]\w*", expr)) & tainted:
+            tainted.add(name)
+            dependent.append(line)
+        else:
+            independent.append(line)
+    return independent, dependent
+

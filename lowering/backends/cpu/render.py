@@ -17,7 +17,7 @@ from typing import Any
 import sympy
 
 from ....errors import UnsupportedError
-from ...codegen.body import BodyWriter
+from ...codegen.body import BodyWriter, split_independent
 from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
 from ...codegen.printer import to_json
 from ...ir import scalar
@@ -456,28 +456,16 @@ def render_cpp_library(program: Program) -> RenderedLibrary:
     return render_library(CppRenderer(program))
 
 
+
 _ASSIGNMENT = re.compile(r"const [\w:<>]+ (\w+) = (.*);")
 _PER_ELEMENT = frozenset({"j", "e2", "tile", "dst"})  # what the float template's epilogue varies along a row
 
 
 def _split_row_invariant(lines: list[str]) -> tuple[list[str], list[str]]:
     """An epilogue's statements split into those that depend only on the row (a folded norm's scale from the
-    row's sums), computed once per row before the loop over its columns, and the rest, each part in its order.
-    From the first statement that is not one plain assignment on, everything stays per element."""
-    per_row: list[str] = []
-    per_element: list[str] = []
-    varying = set(_PER_ELEMENT)
-    opaque = False
-    for line in lines:
-        match = None if opaque else _ASSIGNMENT.fullmatch(line)
-        if match is None:
-            opaque = True
-            per_element.append(line)
-            continue
-        name, expr = match.groups()
-        if set(re.findall(r"[A-Za-z_]\w*", expr)) & varying:
-            varying.add(name)
-            per_element.append(line)
-        else:
-            per_row.append(line)
-    return per_row, per_element
+    row's sums), computed once per row before the loop over its columns, and the rest."""
+    def assignment(line: str) -> tuple[str, str] | None:
+        match = _ASSIGNMENT.fullmatch(line)
+        return match.groups() if match else None
+
+    return split_independent(lines, _PER_ELEMENT, assignment)

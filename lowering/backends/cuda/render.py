@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ import sympy
 from torch.utils._sympy import functions as tf
 
 from ....errors import UnsupportedError
-from ...codegen.body import Check
+from ...codegen.body import Check, split_independent
 from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
 from ...ir import scalar
 from ...ir.dtypes import DTYPES, is_float
@@ -656,15 +655,7 @@ class TritonRenderer(KernelRenderer):
 def _split_early(lines: list[str], late_names: frozenset[str]) -> tuple[list[str], list[str]]:
     """A body's assignments (`name = expr`, in order) split into those that use none of `late_names` nor a
     name assigned from them, which may run earlier, and the rest, each part in its order."""
-    early, rest, late = [], [], set(late_names)
-    for line in lines:
-        name, _, expr = line.partition(" = ")
-        if set(re.findall(r"[A-Za-z_]\w*", expr)) & late:
-            rest.append(line)
-            late.add(name)
-        else:
-            early.append(line)
-    return early, rest
+    return split_independent(lines, late_names, lambda line: (line.partition(" = ")[0], line.partition(" = ")[2]))
 
 
 def _checks(checks: list[Check], first: int = 1) -> list[dict[str, Any]]:
