@@ -1,4 +1,5 @@
-"""Registers, spills, shared memory and SASS instruction count of every CUDA kernel in a package, with no GPU.
+"""Registers, spills, shared memory, SASS instruction count and wgmma pipelining of every CUDA kernel in a
+package, with no GPU.
 
     python scripts/kernel_resources.py PACKAGE [--arch 90] [--match SUBSTRING]
 
@@ -6,6 +7,12 @@ Reads each cubin the package holds for the architecture (cuda/sm_<arch>/kernels.
 -res-usage` and `-sass` on it: cuobjdump from PATH, else the copy Triton ships. A kernel's instructions after
 its k loop (a fused epilogue) or its registers (programs an SM) are what this counts; `aotpack inspect PACKAGE`
 says which step and bucket each kernel name serves. The counts are static: a loop's body counts once.
+
+The wgmma column is for Hopper's asynchronous matrix instructions (HGMMA): how many there are and in how many
+commit groups. ptxas serializes them (its infos C7514, C7515, which Triton does not show) when it judges the
+pipeline unsafe, and then each HGMMA is its own group, waited for before the next: "serialized" below. On the
+H200, products so compiled took 1.6-2x their time (docs/performance.md, "Folded norms on the H200, and wgmma
+that ptxas serialized").
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pathlib import Path
 from aotpack.packages.reader import read_package
 
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S")  # "/*0af0*/  FFMA R1, ..." lines of -sass
+_HGMMA = re.compile(r"\bHGMMA\.\S+ [^;]*;")  # "HGMMA.64x32x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;"
 
 
 def cuobjdump() -> str:
@@ -46,7 +54,18 @@ def resources(cubin: bytes, tool: str) -> dict[str, int]:
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     fields = dict(re.findall(r"(REG|SHARED|LOCAL|STACK):(\d+)", usage))
     return {"registers": int(fields.get("REG", 0)), "local_bytes": int(fields.get("LOCAL", 0)),
-            "instructions": sum(1 for line in sass.splitlines() if _INSTRUCTION.match(line))}
+            "instructions": sum(1 for line in sass.splitlines() if _INSTRUCTION.match(line)),
+            "wgmma": wgmma_pipelining(sass)}
+
+
+def wgmma_pipelining(sass: str) -> str:
+    """"-" without HGMMA; else "N in G groups", "serialized" where every HGMMA closes a group of its own (the
+    last of a commit group names the scoreboard gsb0)."""
+    found = _HGMMA.findall(sass)
+    if not found:
+        return "-"
+    groups = sum(1 for instruction in found if "gsb0" in instruction)
+    return f"{len(found)} in {groups} groups" + (", serialized" if len(found) > 1 and groups == len(found) else "")
 
 
 def main() -> int:
@@ -61,13 +80,13 @@ def main() -> int:
         archs = sorted({m.split("/")[1] for m in package.members if m.startswith("cuda/sm_")})
         sys.exit(f"kernel_resources: {args.package} has no kernels for sm_{args.arch} (it has: {archs or 'none'})")
     tool = cuobjdump()
-    print("kernel | warps | shared bytes | registers | spilled bytes | SASS instructions")
+    print("kernel | warps | shared bytes | registers | spilled bytes | SASS instructions | wgmma")
     for kernel in json.loads(package.members[listing])["kernels"]:
         if args.match not in kernel["name"]:
             continue
         found = resources(package.members[kernel["cubin"]], tool)
         print(f"{kernel['name']} | {kernel['num_warps']} | {kernel['shared']} | {found['registers']} | "
-              f"{found['local_bytes']} | {found['instructions']}")
+              f"{found['local_bytes']} | {found['instructions']} | {found['wgmma']}")
     return 0
 
 

@@ -21,8 +21,12 @@ its reductions is a sum of a polynomial of degree at most 2 in x; its value is l
 
 Numerics: the fold skips the roundings the norm made on the way (a bfloat16 normalised row, a mean stored in
 half) and computes the variance as S2 / n - (S1 / n)^2 in float32 from the stored values; S2 is clamped to at
-least S1^2 / n, so rounding cannot make a variance negative. Off unless ENABLED: scripts/pdl_bench.py's
-`normfold` variant turns it on to be measured (docs/performance.md, "What the norm kernels cost").
+least S1^2 / n, so rounding cannot make a variance negative.
+
+Off unless ENABLED (scripts/pdl_bench.py's `normfold` variant turns it on): on the H200 it gains 4.7% for GPT-2
+at one row and loses from 16 rows on, 10-58% at 128 and above, because ptxas serializes the producers' wgmma and
+the readers take 1.8x their time (docs/performance.md, "Folded norms on the H200, and wgmma that ptxas
+serialized").
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from .kernels import (
 from .scalar import Const, Load, Node, Op
 from .symbolic import flat_offset, fold_div_mod, index_var, product, unflatten
 
-ENABLED = False  # not yet timed on a GPU: see the module docstring
+ENABLED = False  # slower on the H200 from 16 rows: see the module docstring
 
 _X = sympy.Symbol("x")  # the row's element
 _S1, _S2 = sympy.Symbol("S1"), sympy.Symbol("S2")  # the row's sums of x and of x^2

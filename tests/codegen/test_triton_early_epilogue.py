@@ -45,7 +45,8 @@ def _bodies(library):
 
 
 def _loop_at(body: str) -> int:
-    return body.index("for k0 in range(")
+    """Where the k loop starts: over k0, or over a split slice's k_step."""
+    return min(at for at in (body.find("for k0 in range("), body.find("for k_step in range(")) if at >= 0)
 
 
 def test_few_row_buckets_load_the_epilogue_before_the_k_loop_and_add_the_product_after():

@@ -67,6 +67,25 @@ def test_the_package_splits_every_bucket_and_verified_them_on_this_gpu(split):
     assert {p["device"] for p in record["points"]} == {"cuda"} and all(p["passed"] for p in record["points"]), record
 
 
+def test_the_64_row_split_products_keep_their_wgmma_pipelined(split, cuda_arch):
+    """With this machine's Triton (ptxas serialized every wgmma of a split slice's loop in Triton 3.6 before the
+    template gave the loop a trip count known not zero; tests/codegen/test_triton_split_k.py checks the same with
+    the Triton it has)."""
+    if cuda_arch < 90:
+        pytest.skip(f"wgmma is Hopper's (this GPU is sm_{cuda_arch})")
+    import sys
+
+    sys.path.insert(0, str(HERE.parents[2] / "scripts"))
+    from kernel_resources import cuobjdump, resources
+
+    _, result = split
+    with zipfile.ZipFile(result.path) as z:
+        listing = json.loads(z.read(f"cuda/sm_{cuda_arch}/kernels.json"))["kernels"]
+        found = [resources(z.read(k["cubin"]), cuobjdump())["wgmma"] for k in listing]
+    pipelined = [f for f in found if f != "-"]  # the 16-row tiles use mma.sync, not wgmma
+    assert pipelined and not [f for f in pipelined if "serialized" in f], found
+
+
 def test_split_products_replay_bit_identically_and_match_eager(split, rt):
     model, result = split
     reference = copy.deepcopy(model).float()  # the same (rounded) weights in float32: the half rule's reference
