@@ -243,10 +243,11 @@ class MatmulKernel:
     column j of out, which has n / 2 columns (`out_columns`).
 
     With `row_sums` (ir/norm_folding.py) the kernel also writes that float32 buffer, [batch * m, groups, 2],
-    groups = out columns / ROW_SUM_GROUP: partial sums of the values it stored in each row (as stored, in out's
-    dtype) and of their squares, which over a row's groups add up to the row's sums (how a backend splits them
-    is its own: the C++ kernel per group of ROW_SUM_GROUP columns, a Triton program its tile's share in the
-    tile's first group and zeros in the others). With `row_stats` it reads such a buffer, and its epilogue's
+    groups = out columns / ROW_SUM_GROUP: per group of ROW_SUM_GROUP columns of each row, the sums of the values
+    it stores there and of their squares, which over a row's groups add up to the row's sums. The values as
+    stored or just before their rounding to out's dtype, a backend's choice (the C++ kernel sums what it stored,
+    the Triton kernel the float32 values: see templates/triton/_matmul_store.py.jinja); the difference is below
+    the norm's own rounding. With `row_stats` it reads such a buffer, and its epilogue's
     `row_stat(1)` and `row_stat(2)` are the row's sums: what a norm of the row needs, without a kernel of its own.
     """
 
