@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +183,22 @@ def export_all(names: list[str], out_dir: Path, arch: int) -> dict[str, dict]:
 # ---- aotpack measurements --------------------------------------------------------------------------------
 
 
-def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5, families: dict[str, str] | None = None) -> dict:
+@dataclass(frozen=True)
+class Families:
+    """A package's kernel families (matmul, attention, row, ...): of each kernel name, and of each step in the
+    order the plan launches them. CUPTI's kernel names are not always the package's: after a model's modules were
+    unloaded, the next model's kernels were reported under the unloaded model's names (sessions 26-27: GPT-2's
+    norms as Llama's, the Llama shape's attention as a BERT kernel's name), so a run whose kernel count is the
+    plan's takes each kernel's family from its position; the names only where the count differs."""
+
+    by_name: dict[str, str]
+    by_step: tuple[str, ...]
+
+
+def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5, families: Families | None = None) -> dict:
     """GPU time of one call of fn, from CUPTI through torch.profiler: kernels only, and everything (copies and
-    memsets too), with the number of kernels, averaged over `runs` calls; with `families` (kernel name ->
-    family, package_families), the kernels' time per family too."""
+    memsets too), with the number of kernels, averaged over `runs` calls; with `families` (package_families),
+    the kernels' time per family too."""
     import torch
 
     fn()
@@ -194,17 +207,17 @@ def gpu_time_per_run(fn: Callable[[], Any], runs: int = 5, families: dict[str, s
         for _ in range(runs):
             fn()
         torch.cuda.synchronize()
-    device_events = [(event.name, event.device_time if hasattr(event, "device_time") else event.cuda_time)
-                     for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
-    return gpu_times(device_events, runs, families)
+    device_events = sorted((event.time_range.start, event.name,
+                            event.device_time if hasattr(event, "device_time") else event.cuda_time)
+                           for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+    return gpu_times([(name, us) for _, name, us in device_events], runs, families)
 
 
-def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, str] | None = None) -> dict:
-    """gpu_time_per_run's figures from the GPU activities (name, microseconds) of `runs` calls."""
+def gpu_times(events: list[tuple[str, float]], runs: int, families: Families | None = None) -> dict:
+    """gpu_time_per_run's figures from the GPU activities (name, microseconds, in launch order) of `runs`
+    calls."""
     kernel_us = all_us = copy_dtoh_us = 0.0
-    kernels = 0
-    per_family: dict[str, float] = {}
-    unknown: dict[str, float] = {}  # kernels the package does not list (family "other"): named, to find out why
+    kernel_events = []
     for name, us in events:
         all_us += us
         low = name.lower()
@@ -213,19 +226,25 @@ def gpu_times(events: list[tuple[str, float]], runs: int, families: dict[str, st
                 copy_dtoh_us += us
             continue
         kernel_us += us
-        kernels += 1
-        if families is not None:
-            family = families.get(name, "other")
-            per_family[family] = per_family.get(family, 0.0) + us
-            if family == "other":
-                unknown[name] = unknown.get(name, 0.0) + us
+        kernel_events.append((name, us))
     out = {"kernel_ms": round(kernel_us / runs / 1e3, 4), "gpu_ms": round(all_us / runs / 1e3, 4),
-           "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": kernels // runs}
-    if families is not None:
-        out["family_ms"] = {f: round(us / runs / 1e3, 4) for f, us in sorted(per_family.items(), key=lambda kv: -kv[1])}
-        if unknown:
-            out["other_kernels_ms"] = {n[:120]: round(us / runs / 1e3, 4)
-                                       for n, us in sorted(unknown.items(), key=lambda kv: -kv[1])[:8]}
+           "dtoh_copy_ms": round(copy_dtoh_us / runs / 1e3, 4), "kernels": len(kernel_events) // runs}
+    if families is None:
+        return out
+    by_order = len(kernel_events) == runs * len(families.by_step)
+    per_family: dict[str, float] = {}
+    unlisted: dict[str, float] = {}  # names the package does not list: by position, still named, to find out why
+    for i, (name, us) in enumerate(kernel_events):
+        family = (families.by_step[i % len(families.by_step)] if by_order
+                  else families.by_name.get(name, "other"))
+        per_family[family] = per_family.get(family, 0.0) + us
+        if name not in families.by_name:
+            unlisted[name] = unlisted.get(name, 0.0) + us
+    out["family_ms"] = {f: round(us / runs / 1e3, 4) for f, us in sorted(per_family.items(), key=lambda kv: -kv[1])}
+    out["families_by"] = "launch order" if by_order else "kernel name"
+    if unlisted:
+        out["unlisted_kernels_ms"] = {n[:120]: round(us / runs / 1e3, 4)
+                                      for n, us in sorted(unlisted.items(), key=lambda kv: -kv[1])[:8]}
     return out
 
 
@@ -248,11 +267,13 @@ def host_launch_us(launches: int = 2000) -> float:
     return round(statistics.median(times), 2)
 
 
-def package_families(package: Path) -> dict[str, str]:
-    """Each CUDA kernel's name (as CUPTI reports it) -> its family (matmul, attention, row, ...)."""
+def package_families(package: Path) -> Families:
+    """The families of a CUDA package's kernels, by name and by step (every bucket of a step is one family)."""
     from aotpack.packages.reader import read_package
 
-    return {k["name"]: k["family"] for k in read_package(package).program.sections["cuda"]["kernels"]}
+    cuda = read_package(package).program.sections["cuda"]
+    by_name = {k["name"]: k["family"] for k in cuda["kernels"]}
+    return Families(by_name, tuple(by_name[step["kernel"]] for step in cuda["steps"]))
 
 
 def cold_start_in_process(runtime, package: Path, host_inputs, dev_inputs, io: str, prepare: bool) -> dict:
@@ -379,7 +400,7 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
 
 
 def measure_point(p: dict, graphs, no_pdl, direct, host, dev: list, host_in: list, repeat: int,
-                  families: dict[str, str] | None = None) -> None:
+                  families: Families | None = None) -> None:
     """aotpack's columns at one point: with graphs (wall and GPU time), with graphs and without programmatic
     dependent launch, without graphs, and with host I/O. The first two are timed in turns, ROUNDS rounds (the
     median of the rounds' medians): a run drifts by as much as PDL gains (session 17: one session's first

@@ -1,6 +1,6 @@
 """scripts/gpu_bench.py's GPU time of a call from its activities: kernels apart from copies and memsets, and the
-kernels' time per family (the package's kernel names -> families), averaged over the calls profiled, and the
-markdown table of it (no GPU needed)."""
+kernels' time per family (by the plan's step order, else the package's kernel names), averaged over the calls
+profiled, and the markdown table of it (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,26 @@ import gpu_bench  # the scripts folder is not a package: found through sys.path 
 def test_kernel_time_is_split_by_family_and_averaged_over_the_calls():
     events = [("t_mm", 30.0), ("t_att", 12.0), ("t_mm", 18.0), ("Memset (Device)", 1.0),
               ("Memcpy DtoH (Device -> Pinned)", 4.0), ("t_unknown", 2.0)] * 2  # two calls
-    times = gpu_bench.gpu_times(events, runs=2, families={"t_mm": "matmul", "t_att": "attention"})
+    # the plan has three steps, so the calls' four kernels each cannot be placed by position: by name
+    families = gpu_bench.Families({"t_mm": "matmul", "t_att": "attention"}, ("matmul", "attention", "matmul"))
+    times = gpu_bench.gpu_times(events, runs=2, families=families)
     assert times["kernel_ms"] == 0.062 and times["gpu_ms"] == 0.067 and times["dtoh_copy_ms"] == 0.004
-    assert times["kernels"] == 4
+    assert times["kernels"] == 4 and times["families_by"] == "kernel name"
     assert times["family_ms"] == {"matmul": 0.048, "attention": 0.012, "other": 0.002}
     assert list(times["family_ms"]) == ["matmul", "attention", "other"]  # largest first
-    assert times["other_kernels_ms"] == {"t_unknown": 0.002}  # what "other" holds, by name
+    assert times["unlisted_kernels_ms"] == {"t_unknown": 0.002}  # what "other" holds, by name
     assert "family_ms" not in gpu_bench.gpu_times(events, runs=2)
+
+
+def test_a_run_of_the_plans_kernel_count_takes_the_families_from_the_steps_order():
+    # CUPTI named the second step's kernel after another package's (t_stale): its position says attention
+    events = [("t_mm", 30.0), ("t_stale", 12.0), ("Memset (Device)", 1.0), ("t_row", 3.0)] * 3
+    families = gpu_bench.Families({"t_mm": "matmul", "t_att": "attention", "t_row": "row"},
+                                  ("matmul", "attention", "row"))
+    times = gpu_bench.gpu_times(events, runs=3, families=families)
+    assert times["families_by"] == "launch order" and times["kernels"] == 3
+    assert times["family_ms"] == {"matmul": 0.03, "attention": 0.012, "row": 0.003}
+    assert times["unlisted_kernels_ms"] == {"t_stale": 0.012}
 
 
 def test_the_family_table_lists_every_point_with_its_families_largest_first():
