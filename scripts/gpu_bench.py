@@ -186,10 +186,11 @@ def export_all(names: list[str], out_dir: Path, arch: int) -> dict[str, dict]:
 @dataclass(frozen=True)
 class Families:
     """A package's kernel families (matmul, attention, row, ...): of each kernel name, and of each step in the
-    order the plan launches them. CUPTI's kernel names are not always the package's: after a model's modules were
-    unloaded, the next model's kernels were reported under the unloaded model's names (sessions 26-27: GPT-2's
-    norms as Llama's, the Llama shape's attention as a BERT kernel's name), so a run whose kernel count is the
-    plan's takes each kernel's family from its position; the names only where the count differs."""
+    order the plan launches them. The profile's kernel names are not always the package's: after a model's
+    modules were unloaded, some of the next model's kernels were reported under names its package lacks (session
+    27: GPT-2's norms under a name of the Llama shape's, benchmarked before it; the Llama shape's attention
+    kernels under another; docs/performance.md), so a run whose kernel count is the plan's takes each kernel's
+    family from its position; the names only where the count differs."""
 
     by_name: dict[str, str]
     by_step: tuple[str, ...]

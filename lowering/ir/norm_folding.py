@@ -20,8 +20,9 @@ its reductions is a sum of a polynomial of degree at most 2 in x; its value is l
 (rows of the norm's width, contiguous) with a weight `b` that nothing else reads. Anything else keeps its norm.
 
 Numerics: the fold skips the roundings the norm made on the way (a bfloat16 normalised row, a mean stored in
-half) and computes the variance as S2 / n - (S1 / n)^2 in float32 from the stored values; S2 is clamped to at
-least S1^2 / n, so rounding cannot make a variance negative.
+half) and computes the variance as S2 / n - (S1 / n)^2 in float32 from the row sums (of x as stored, or just
+before its rounding: MatmulKernel); S2 is clamped to at least S1^2 / n, so rounding cannot make a variance
+negative.
 
 Off unless ENABLED (scripts/pdl_bench.py's `normfold` variant turns it on): on the H200 it gains 4.7% for GPT-2
 at one row and loses from 16 rows on, 10-58% at 128 and above, because ptxas serializes the producers' wgmma and
