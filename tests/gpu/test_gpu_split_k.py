@@ -68,9 +68,9 @@ def test_the_package_splits_every_bucket_and_verified_them_on_this_gpu(split):
 
 
 def test_the_64_row_split_products_keep_their_wgmma_pipelined(split, cuda_arch):
-    """With this machine's Triton (ptxas serialized every wgmma of a split slice's loop in Triton 3.6 before the
-    template gave the loop a trip count known not zero; tests/codegen/test_triton_split_k.py checks the same with
-    the Triton it has)."""
+    """The package's 64 x 128 split products, compiled by this machine's Triton, issue their wgmma pipelined:
+    ptxas (Triton 3.6) serialized every wgmma of a split slice's loop until the template gave the loop a trip
+    count known not zero. tests/codegen/test_triton_split_k.py checks one with the Triton it has."""
     if cuda_arch < 90:
         pytest.skip(f"wgmma is Hopper's (this GPU is sm_{cuda_arch})")
     import sys
