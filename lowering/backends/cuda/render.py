@@ -29,6 +29,7 @@ from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, 
 from ...ir import scalar
 from ...ir.dtypes import DTYPES, is_float
 from ...ir.kernels import (
+    ROW_SUM_GROUP,
     AttentionKernel,
     GatheredOperand,
     Kernel,
@@ -499,7 +500,7 @@ class TritonRenderer(KernelRenderer):
         if k.row_sums is not None:  # a folded norm's row sums (ir/norm_folding.py): this tile's share
             if k.paired:
                 raise UnsupportedError("row sums of a paired product's output (ir/norm_folding.py folds none)")
-            operands["row_sums"] = {"name": arg_names[k.row_sums],
+            operands["row_sums"] = {"name": arg_names[k.row_sums], "group": ROW_SUM_GROUP,
                                     "groups": int(self.program.buffers[k.row_sums].shape[1])}
         return {"template": template,
             **params, "batch": writer.index(k.batch), "m": writer.index(k.m), "n": writer.index(k.n),
