@@ -402,6 +402,35 @@ class _SessionArray(np.ndarray):
         self._session = getattr(obj, "_session", None)
 
 
+# The runtime's words for a second thread's run (aotpack_session::in_use_error), which a device-I/O run says
+# itself: it must not refill the session's argument structs while the first thread's run reads them.
+_IN_USE = ("aotpack_session_run was called while another thread is using this session: a session serves one thread "
+           "at a time; create one session per thread (sessions of one model share its weights and kernels)")
+
+_DEVICE_DTYPE_CODES: dict[Any, int] = {}
+
+
+def _device_dtype_code(dtype: Any) -> int | None:
+    """The aotpack dtype code of a CUDA tensor's dtype (torch.float32 -> float32's), by its name; cached."""
+    code = _DEVICE_DTYPE_CODES.get(dtype)
+    if code is None:
+        code = _CODE_OF_NAME.get(str(dtype).rpartition(".")[2])
+        if code is not None:
+            _DEVICE_DTYPE_CODES[dtype] = code
+    return code
+
+
+class _DeviceArgs:
+    """aotpack_session_run's input structs for `count` device tensors, each with its shape array."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.shapes = [(ctypes.c_int64 * MAX_RANK)() for _ in range(count)]
+        self.tensors = (_Tensor * max(count, 1))()
+        for tensor, shape in zip(self.tensors, self.shapes):
+            tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+
+
 class Session:
     """Scratch memory and threads for running a model. One thread at a time: run() from a second thread while
     the first is inside it raises AotpackError (INVALID_ARGUMENT) rather than running (the runtime checks)."""
@@ -430,6 +459,12 @@ class Session:
         )
         self._device_index = options.device_index
         self._io = "device" if self._lib.aotpack_session_io_memory(self._handle) == _MEMORY["device"] else "host"
+        # A device-I/O run fills these argument structs instead of making new ones: with CUDA graphs a small
+        # model's run is tens of microseconds, of which making them took 5-10 (docs/performance.md, session 28).
+        # The lock keeps a second thread from refilling them while the first is inside the runtime.
+        self._device_args = _DeviceArgs(len(model.inputs))
+        self._output = _Tensor()
+        self._run_lock = threading.Lock()
 
     @property
     def io(self) -> str:
@@ -483,10 +518,9 @@ class Session:
         keep.append((array, shape))
         return _Tensor(code, array.ndim, shape, array.ctypes.data if array.size else None)
 
-    def _device_tensor(self, index: int, value: Any, keep: list) -> _Tensor:
-        name = self._model.inputs[index].name if index < len(self._model.inputs) else str(index)
-
+    def _fill_device_tensor(self, index: int, value: Any, tensor: _Tensor, shape: ctypes.Array) -> None:
         def refuse(why: str) -> AotpackError:
+            name = self._model.inputs[index].name if index < len(self._model.inputs) else str(index)
             return AotpackError(StatusCode.INVALID_ARGUMENT, f'input "{name}": {why}')
 
         if not hasattr(value, "data_ptr"):
@@ -496,15 +530,14 @@ class Session:
             raise refuse(f"the tensor is on {device}; this session takes CUDA tensors (io='device')")
         if not value.is_contiguous():
             raise refuse("the tensor is not contiguous; pass tensor.contiguous()")
-        code = _CODE_OF_NAME.get(str(value.dtype).rpartition(".")[2])
+        code = _device_dtype_code(value.dtype)
         if code is None:
             raise refuse(f"dtype {value.dtype} has no aotpack dtype")
-        dims = tuple(int(d) for d in value.shape)
+        dims = tuple(map(int, value.shape))
         if len(dims) > MAX_RANK:
             raise refuse(f"rank {len(dims)} is more than {MAX_RANK}")
-        shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-        keep.append(shape)
-        return _Tensor(code, len(dims), shape, value.data_ptr() or None)
+        shape[: len(dims)] = dims
+        tensor.dtype, tensor.rank, tensor.data = code, len(dims), value.data_ptr() or None
 
     def _wait_for_torch(self) -> None:
         # The session's stream does not wait for other streams: work on torch's current stream that writes
@@ -521,22 +554,34 @@ class Session:
         if not self._handle.value:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
         ordered = self._ordered(inputs)
+        if self.io == "device":
+            return self._run_device(ordered)
         keep: list = []
-        device_io = self.io == "device"
-        make = self._device_tensor if device_io else self._tensor
-        tensors = (_Tensor * max(len(ordered), 1))(*[make(i, v, keep) for i, v in enumerate(ordered)])
-        if device_io:
-            self._wait_for_torch()
+        tensors = (_Tensor * max(len(ordered), 1))(*[self._tensor(i, v, keep) for i, v in enumerate(ordered)])
         _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
-        return self._device_outputs() if device_io else self._host_outputs(copy)
+        return self._host_outputs(copy)
+
+    def _run_device(self, ordered: list) -> list[DeviceTensor]:
+        if not self._run_lock.acquire(blocking=False):
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, _IN_USE)
+        try:
+            # another count than the model's (which the runtime refuses, naming it) gets structs of its own
+            args = self._device_args if len(ordered) == self._device_args.count else _DeviceArgs(len(ordered))
+            for i, value in enumerate(ordered):
+                self._fill_device_tensor(i, value, args.tensors[i], args.shapes[i])
+            self._wait_for_torch()
+            _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
+            return self._device_outputs()
+        finally:
+            self._run_lock.release()
 
     def _device_outputs(self) -> list[DeviceTensor]:
         outputs = []
+        t = self._output
         for i, info in enumerate(self._model.outputs):
-            t = _Tensor()
             _check(self._lib.aotpack_session_output(self._handle, i, ctypes.byref(t)))
-            shape = tuple(t.shape[d] for d in range(t.rank))
-            outputs.append(DeviceTensor(info.name, t.data or 0, shape, _DTYPES[t.dtype], self._device_index, self))
+            outputs.append(DeviceTensor(info.name, t.data or 0, tuple(t.shape[: t.rank]), _DTYPES[t.dtype],
+                                        self._device_index, self))
         return outputs
 
     def _host_outputs(self, copy: bool = True) -> list[np.ndarray]:

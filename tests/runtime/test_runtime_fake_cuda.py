@@ -49,6 +49,38 @@ def package(tmp_path_factory):
     return result.path, steps
 
 
+class Lookup(nn.Module):
+    """An embedding (whose gather checks its indices) and a product after it: two steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(4, 8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids))
+
+
+@pytest.fixture(scope="module")
+def lookup_package(tmp_path_factory):
+    """Lookup exported for cpu and cuda sm_90: (path, its first step's kernel, that kernel's first error, and the
+    index of its error flag among the launch's parameters: after the buffers and the symbols)."""
+    tmp = tmp_path_factory.mktemp("fake_cuda_lookup")
+    torch.manual_seed(0)
+    spec = ModelSpec(tmp / "model.py", Lookup().eval(), (torch.tensor([1, 2, 3]),), ("ids",), {"ids": {0: "n"}},
+                     {"n": (1, 16)})
+    plan = resolve_symbols(spec)
+    captured = capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())
+    result = build_package(captured, tmp / "lookup.aotpack", targets=Targets(CpuTarget("x86-64-v3"), CudaTarget((90,))))
+    with zipfile.ZipFile(result.path) as z:
+        cuda = json.loads(z.read("program.json"))["cuda"]
+    assert len(cuda["steps"]) == 2, cuda["steps"]
+    step = cuda["steps"][0]
+    kernel = next(k for k in cuda["kernels"] if k["name"] == step["kernel"])
+    assert kernel["errors"], kernel
+    return result.path, kernel["name"], kernel["errors"][0], len(step["args"]) + len(kernel["symbols"])
+
+
 def fake_env(runtime_build, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_CUDA_")}
     env.update(LD_LIBRARY_PATH=str(runtime_build / "fake_cuda"), **extra)
@@ -134,9 +166,10 @@ def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
     assert result.returncode == 0, result.stderr
     lines = trace.read_text().splitlines()
     created = lines.index("cuStreamCreate(1)")
-    # The session itself page-locks only its error flags (one int32 per step).
-    assert staging_calls(lines[created:created + lines[created:].index("cuCtxSetCurrent(primary)")]) == [
-        f"cuMemHostAlloc({max(4 * steps, 256)}, 0) = h1"], lines
+    # The session itself page-locks only its error flags (one int32 per step), mapped for the kernels to write.
+    made = lines[created:created + lines[created:].index("cuCtxSetCurrent(primary)")]
+    assert staging_calls(made) == [f"cuMemHostAlloc({max(4 * steps, 256)}, 2) = h1"], lines  # DEVICEMAP
+    assert "cuMemHostGetDevicePointer(h1+0, 0)" in made, made
     runs = runs_of(trace)
     assert len(runs) == 4, runs
     # Input n * 32 bytes, output n * 16 (each allocation at least 256): n=5 allocates both, n=6 doubles the input
@@ -154,16 +187,14 @@ def test_the_driver_calls_of_a_host_io_run(runtime_build, package, tmp_path):
         f"cuMemFreeHost(h{k}+0)" for k in range(1, 8)), lines
     for n, run in zip((5, 6, 16, 3), runs):
         run = [line for line in run if line not in staging_calls(run)]
+        # The error flags are neither cleared nor copied back on the stream: the kernels write them in host memory.
         assert calls_of(run) == (
-            ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuMemsetD8Async"]
-            + ["cuLaunchKernel"] * steps
-            + ["cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+            ["cuCtxSetCurrent", "cuMemcpyHtoDAsync"] + ["cuLaunchKernel"] * steps + ["cuMemcpyDtoHAsync", "cuStreamSynchronize"]
         ), run
-        assert run[1].endswith(f", {n * 8 * 4})") and run[-3].endswith(f", {n * 4 * 4})"), run
-        assert run[2].endswith(f", 0, {4 * steps})") and run[-2].endswith(f", {4 * steps})"), run
+        assert run[1].endswith(f", {n * 8 * 4})") and run[-2].endswith(f", {n * 4 * 4})"), run
         # Host I/O goes through the session's page-locked memory (h<k>), never the caller's (host).
         assert re.match(r"cuMemcpyHtoDAsync\(d\d+\+0, h\d+\+0, ", run[1]), run[1]
-        assert re.match(r"cuMemcpyDtoHAsync\(h\d+\+0, d\d+\+0, ", run[-3]), run[-3]
+        assert re.match(r"cuMemcpyDtoHAsync\(h\d+\+0, d\d+\+0, ", run[-2]), run[-2]
 
 
 def test_a_device_io_session_page_locks_only_its_error_flags(runtime_build, package, tmp_path):
@@ -184,7 +215,7 @@ for n in (16, 3, 7):
     lines = trace.read_text().splitlines()
     session = lines[lines.index("cuStreamCreate(1)"):]
     # The flags' page-locked int32s, freed with the session; no staging memory at all.
-    assert staging_calls(session) == [f"cuMemHostAlloc({max(4 * steps, 256)}, 0) = h1", "cuMemFreeHost(h1+0)"], session
+    assert staging_calls(session) == [f"cuMemHostAlloc({max(4 * steps, 256)}, 2) = h1", "cuMemFreeHost(h1+0)"], session
 
 
 def test_growing_the_staging_memory_drops_the_graphs_that_name_it(runtime_build, package, tmp_path):
@@ -242,20 +273,21 @@ def test_graphs_are_captured_once_per_shape_and_replayed(runtime_build, package,
     runs = runs_of(trace)
     assert len(runs) == 5, runs
     capture = (
-        ["cuCtxSetCurrent", "cuStreamBeginCapture", "capture: cuMemcpyHtoDAsync", "capture: cuMemsetD8Async"]
+        ["cuCtxSetCurrent", "cuStreamBeginCapture", "capture: cuMemcpyHtoDAsync"]
         + ["capture: cuLaunchKernel"] * steps
-        + ["capture: cuMemcpyDtoHAsync", "capture: cuMemcpyDtoHAsync", "cuStreamEndCapture",
+        + ["capture: cuMemcpyDtoHAsync", "cuStreamEndCapture",
            "cuGraphInstantiateWithFlags", "cuGraphDestroy", "cuGraphLaunch", "cuStreamSynchronize"]
     )
     for n, run in zip((16, 5), runs[:2]):
         run = [line for line in run if line not in staging_calls(run)]
         assert calls_of(run) == capture, run
         assert run[1] == "cuStreamBeginCapture(mode 1)", run  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        assert run[2].endswith(f", {n * 8 * 4})") and run[-7].endswith(f", {n * 4 * 4})"), run
-    assert runs[0][-2] == f"cuGraphLaunch(e0, {steps + 4} nodes)", runs[0]
+        assert run[2].endswith(f", {n * 8 * 4})") and run[-6].endswith(f", {n * 4 * 4})"), run
+    # Its nodes: the input copy, the steps, the output copy.
+    assert runs[0][-2] == f"cuGraphLaunch(e0, {steps + 2} nodes)", runs[0]
     # Later runs at a recorded shape: the inputs staged on the host, then one launch of that shape's graph.
     for run, exec_id in zip(runs[2:], (0, 1, 1)):
-        assert run == ["cuCtxSetCurrent(primary)", f"cuGraphLaunch(e{exec_id}, {steps + 4} nodes)",
+        assert run == ["cuCtxSetCurrent(primary)", f"cuGraphLaunch(e{exec_id}, {steps + 2} nodes)",
                        "cuStreamSynchronize"], run
 
 
@@ -317,6 +349,37 @@ def alloc(n):
     assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
     return p.value
 """
+
+
+def test_a_device_io_run_fills_the_sessions_argument_structs_one_thread_at_a_time(runtime_build, package):
+    """A device-I/O run fills argument structs the session keeps (runtime.py): a run while another thread's is
+    inside is refused before it touches them, in the runtime's words; a wrong number of inputs still reaches the
+    runtime's own message; shapes and pointers change from run to run."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device")
+x = alloc(16 * 8 * 4)
+with session._run_lock:  # as while another thread's run is inside the runtime
+    try:
+        session.run([Dev(x, (3, 8))])
+        raise SystemExit("not refused")
+    except rt.AotpackError as e:
+        assert e.code == rt.StatusCode.INVALID_ARGUMENT and str(e) == rt._IN_USE, str(e)
+        assert str(e).startswith("aotpack_session_run was called while another thread is using this session")
+for inputs in ([], [Dev(x, (3, 8)), Dev(x, (3, 8))]):
+    try:
+        session.run(inputs)
+        raise SystemExit("not refused")
+    except rt.AotpackError as e:
+        assert str(e).endswith(f"the model takes 1 inputs (x), got {{len(inputs)}}"), str(e)
+for n, ptr in ((3, x + 64), (16, x), (1, x + 128)):
+    (out,) = session.run([Dev(ptr, (n, 8))])
+    assert out.shape == (n, 4), out.shape
+""",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
@@ -597,7 +660,42 @@ for n in (3, 3, 5):
         assert [c for c in calls_of(run) if c == "cuLaunchKernel"] == ["cuLaunchKernel"] * steps, run
         assert not any("cuGraph" in c or c.startswith("capture") for c in calls_of(run)), run
         if io == "host":
-            assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 2
+            assert calls_of(run).count("cuMemcpyHtoDAsync") == 1 and calls_of(run).count("cuMemcpyDtoHAsync") == 1
+
+
+def test_a_failed_check_is_read_from_host_memory_and_cleared(runtime_build, lookup_package, tmp_path):
+    """The kernels write their error flags in page-locked host memory, which no run clears or copies on the stream:
+    a run whose kernel set its flag reports that check's message and clears it, so the next run succeeds. A run that
+    fails after a kernel set its flag (its next launch refused) returns before reading the flags: the next run
+    waits for the stream and clears them before it launches anything, and succeeds too."""
+    path, kernel, error, flag = lookup_package
+    runs = {}
+    for case, expected, refused in (("check", "failed: ", {}), ("refusal", "launching cuda step 1", {"FAKE_CUDA_FAIL_LAUNCH": "2"})):
+        trace = tmp_path / f"{case}.txt"
+        code = f"""
+            import numpy as np
+            from aotpack import runtime as rt
+            session = rt.Model({str(path)!r}).session(device="cuda", cuda_graphs=False)
+            ids = np.array([1, 2, 3])
+            try:
+                session.run([ids])  # its first launch sets the flag
+                raise SystemExit("no error")
+            except rt.AotpackError as e:
+                assert {expected!r} in str(e), str(e)
+                print("ERROR", e)
+            open({str(trace)!r}, "a").write("-- next run\\n")
+            (out,) = session.run([ids])
+            assert out.shape == (3, 4)
+            """
+        result = run_python(runtime_build, code, FAKE_CUDA_TRACE=str(trace), FAKE_CUDA_SET_FLAG=f"1:{flag}:1", **refused)
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = trace.read_text().splitlines()
+        assert not any(line.startswith(("cuMemsetD8Async", "cuMemcpyDtoHAsync(h1")) for line in lines), lines
+        runs[case] = (result.stdout, calls_of(lines[lines.index("-- next run") + 1:]))
+    assert f"ERROR cuda step 0 (kernel {kernel}) failed: {error}" in runs["check"][0], runs["check"][0]
+    # After a run that read its flags, nothing waits before the launches; after one that did not, the stream does.
+    assert runs["check"][1][:3] == ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuLaunchKernel"], runs["check"][1]
+    assert runs["refusal"][1][:3] == ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuStreamSynchronize"], runs["refusal"][1]
 
 
 def cuda_mutants(path):
@@ -954,11 +1052,11 @@ def test_a_split_product_is_launched_with_its_workspace_and_its_twin_named_for_o
     launches = [line for line in lines if line.startswith("cuLaunchKernel(") and step["split"]["kernel"] in line]
     assert len(launches) >= 3 and all(", grid 1 1 2," in line for line in launches), launches
     assert not any(line.startswith("cuLaunchKernel(") and step["kernel"] + "," in line for line in lines)
-    # the counts (an int32 per program) are cleared once, when the session is made: before the stream's first run
-    # (which starts by clearing the error flags, another allocation)
+    # the counts (an int32 per program) are cleared once, when the session is made, before the stream's first run:
+    # the only memset of the three runs
     memsets = [line for line in lines if line.startswith("cuMemsetD8Async(")]
-    made, flags = memsets[0].split(",")[0], memsets[1].split(",")[0]
-    assert memsets[0].endswith(", 0, 8)") and made != flags and sum(m.startswith(made + ",") for m in memsets) == 1, memsets
+    assert len(memsets) == 1 and memsets[0].endswith(", 0, 8)"), memsets
+    assert lines.index(memsets[0]) < lines.index(launches[0]), lines
 
 
 def _split_kernel_named_as_the_step_kernel(step: dict, program: dict) -> None:

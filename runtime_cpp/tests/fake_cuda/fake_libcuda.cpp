@@ -10,6 +10,8 @@
  * FAKE_CUDA_FAIL_LAUNCH=<n> makes the n-th cuLaunchKernel (from 1) and FAKE_CUDA_FAIL_SYNC=<n> the n-th
  * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths;
  * FAKE_CUDA_FAIL_CAPTURE=<n> makes the n-th cuStreamBeginCapture fail with CUDA_ERROR_NOT_SUPPORTED (801).
+ * FAKE_CUDA_SET_FLAG=<n>:<i>:<v> makes the n-th launch that runs (not one captured into a graph) write the int32 v
+ * where its parameter i points, as a kernel's failed check writes its error flag.
  *
  * Page-locked host memory (cuMemHostAlloc) is host memory too, written h<k>+<offset> in the trace. CUDA graphs are
  * recorded and replayed for real: between cuStreamBeginCapture and cuStreamEndCapture the stream's copies,
@@ -346,6 +348,11 @@ static CUresult launch(void* f, unsigned int gx, unsigned int gy, unsigned int g
     if (g_capturing) g_capture_failed = 1;
     return 700;
   }
+  static int runs;
+  const char* set_flag = getenv("FAKE_CUDA_SET_FLAG");
+  int at = 0, index = 0, value = 0;
+  if (params && set_flag && !g_capturing && sscanf(set_flag, "%d:%d:%d", &at, &index, &value) == 3 && ++runs == at)
+    *(int32_t*)(uintptr_t) * (CUdeviceptr*)params[index] = value;
   record(2, NULL, NULL, 0, 0);
   return 0;
 }
@@ -406,6 +413,19 @@ CUresult cuMemFreeHost(void* p) {
     }
   }
   return 1;
+}
+
+/* Page-locked memory is mapped at the same address on the device (unified addressing, as on 64-bit Linux). */
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned int flags) {
+  char n[64];
+  trace("cuMemHostGetDevicePointer(%s, %u)", name_of((CUdeviceptr)(uintptr_t)p, n, sizeof(n)), flags);
+  for (int i = 0; i < g_num_pinned; ++i) {
+    if (g_pinned[i].base == p) {
+      *d = (CUdeviceptr)(uintptr_t)p;
+      return 0;
+    }
+  }
+  return 1; /* CUDA_ERROR_INVALID_VALUE: not page-locked memory this fake allocated */
 }
 
 /* Copies run when they are queued, so an event is complete once recorded. */

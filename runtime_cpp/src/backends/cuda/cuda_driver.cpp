@@ -52,6 +52,7 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuLaunchKernel, "cuLaunchKernel")
   AOTPACK_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc")
   AOTPACK_RESOLVE(cuMemFreeHost, "cuMemFreeHost")
+  AOTPACK_RESOLVE(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2")
   AOTPACK_RESOLVE(cuEventCreate, "cuEventCreate")
   AOTPACK_RESOLVE(cuEventRecord, "cuEventRecord")
   AOTPACK_RESOLVE(cuEventSynchronize, "cuEventSynchronize")

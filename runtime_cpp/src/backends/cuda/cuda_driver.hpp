@@ -44,6 +44,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 2;
+constexpr unsigned int CU_MEMHOSTALLOC_DEVICEMAP = 2;
 // CUstreamCaptureMode: THREAD_LOCAL forbids unsafe calls (allocation, synchronisation) in the capturing thread
 // only, so other threads' sessions keep running while one captures.
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
@@ -114,6 +115,8 @@ struct Driver {
   // Page-locked host memory, for the staging buffers of host I/O (asynchronous copies at full bandwidth).
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
   CUresult (*cuMemFreeHost)(void*);
+  // The device's address of page-locked memory allocated with CU_MEMHOSTALLOC_DEVICEMAP (the error flags).
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
   // Events: the weight upload waits on one per staging buffer before refilling it.
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
   CUresult (*cuEventRecord)(CUevent, CUstream);

@@ -48,13 +48,25 @@ Status CudaWorkspace::alloc(size_t bytes, CUdeviceptr* out) {
   return Status();
 }
 
-Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void** out) {
+Status CudaWorkspace::alloc_pinned(size_t bytes, const std::string& what, void** out, unsigned int flags) {
   const Driver& d = *device_->driver;
-  AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemHostAlloc(out, std::max<size_t>(bytes, kDeviceAlignment), 0),
+  AOTPACK_RETURN_IF_ERROR(check(d, d.cuMemHostAlloc(out, std::max<size_t>(bytes, kDeviceAlignment), flags),
                                 str_cat("cuMemHostAlloc(", bytes, " bytes of page-locked host memory for ", what,
                                         ")").c_str()));
   // Page-locked memory is resident already: no need to touch it (nothing reads it before a run writes it).
   return Status();
+}
+
+// The error flags (see num_flags_ in the header), zeroed: a check that fails sets its step's.
+Status CudaWorkspace::alloc_error_flags(size_t count) {
+  const Driver& d = *device_->driver;
+  void* flags = nullptr;
+  AOTPACK_RETURN_IF_ERROR(alloc_pinned(sizeof(int32_t) * count, "the error flags", &flags, CU_MEMHOSTALLOC_DEVICEMAP));
+  host_flags_ = static_cast<int32_t*>(flags);
+  num_flags_ = count;
+  std::memset(host_flags_, 0, sizeof(int32_t) * count);
+  return check(d, d.cuMemHostGetDevicePointer(&error_flags_, flags, 0),
+               str_cat("cuMemHostGetDevicePointer (the error flags' address on ", device_->label, ")").c_str());
 }
 
 // Makes `staging` hold at least `bytes`: at least twice what it held, at most its maximum (so a range of shapes
@@ -189,11 +201,7 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   AOTPACK_RETURN_IF_ERROR(s->scratch_at_maxima(maxima.data(), &s->scratch_capacity_));
   if (s->scratch_capacity_ > 0) AOTPACK_RETURN_IF_ERROR(s->alloc(static_cast<size_t>(s->scratch_capacity_), &s->scratch_));
   AOTPACK_RETURN_IF_ERROR(s->alloc_split_workspace());
-  const size_t num_flags = std::max<size_t>(executable.plan().steps.size(), 1);
-  AOTPACK_RETURN_IF_ERROR(s->alloc(sizeof(int32_t) * num_flags, &s->error_flags_));
-  void* flags = nullptr;
-  AOTPACK_RETURN_IF_ERROR(s->alloc_pinned(sizeof(int32_t) * num_flags, "the error flags", &flags));
-  s->host_flags_ = static_cast<int32_t*>(flags);
+  AOTPACK_RETURN_IF_ERROR(s->alloc_error_flags(std::max<size_t>(executable.plan().steps.size(), 1)));
   if (timings_enabled()) {
     const uint64_t device_bytes = static_cast<uint64_t>(program.arena_bytes);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - memory_start).count();
@@ -298,10 +306,7 @@ Status CudaWorkspace::bind_inputs(const void* const* inputs, const int64_t* symb
 }
 
 Status CudaWorkspace::collect_outputs(const int64_t* symbols) {
-  if (!graphs_) {  // a graph holds these copies
-    if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));
-    AOTPACK_RETURN_IF_ERROR(queue_flag_read());
-  }
+  if (!graphs_ && !device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));  // a graph holds these copies
   return finish();
 }
 
@@ -384,6 +389,8 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 }
 
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
+  AOTPACK_RETURN_IF_ERROR(settle_error_flags());
+  flags_unsettled_ = true;  // until finish() has read them
   if (!graphs_) return queue_steps(symbols);
   const Driver& d = *device_->driver;
   ++graph_clock_;
@@ -435,7 +442,7 @@ Status CudaWorkspace::queue_run(const int64_t* symbols) {
   if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
   AOTPACK_RETURN_IF_ERROR(queue_steps(symbols));
   if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));
-  return queue_flag_read();
+  return Status();
 }
 
 // Records what a run at this shape queues into a graph and instantiates it. Nothing runs while the stream
@@ -478,8 +485,6 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
-  AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(error_flags_, 0, sizeof(int32_t) * std::max<size_t>(plan.steps.size(), 1), stream_),
-                     "clearing the error flags");
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const CudaStep& step = plan.steps[i];
     size_t kernel = 0;
@@ -518,8 +523,7 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
     void** params = k.split_programs > 0 ? l.split_params.data() : l.params.data();
     CUresult r;
     if (f.programmatic && programmatic_) {
-      // The kernel may start while the previous one finishes; it waits for it before touching memory. The
-      // first launch of a run follows the error flags' memset, a dependency the attribute leaves as it is.
+      // The kernel may start while the previous one finishes; it waits for it before touching memory.
       CUlaunchAttribute attr{};
       attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attr.value.programmatic_stream_serialization_allowed = 1;
@@ -547,25 +551,29 @@ Status CudaWorkspace::queue_output_copies(const int64_t* symbols) {
   return Status();
 }
 
-Status CudaWorkspace::queue_flag_read() {
+// A run that failed after launching work and before finish() may have left kernels on the stream that still
+// write the flags: they are waited for and the flags cleared before the next run launches anything.
+Status CudaWorkspace::settle_error_flags() {
+  if (!flags_unsettled_) return Status();
   const Driver& d = *device_->driver;
-  const size_t n = executable_->plan().steps.size();
-  if (n > 0)
-    AOTPACK_CUDA_CHECK(d, cuMemcpyDtoHAsync(host_flags_, error_flags_, sizeof(int32_t) * n, stream_),
-                       "reading the error flags");
+  AOTPACK_CUDA_CHECK(d, cuStreamSynchronize(stream_), "waiting for the work of the session's last (failed) run");
+  std::memset(host_flags_, 0, sizeof(int32_t) * num_flags_);
+  flags_unsettled_ = false;
   return Status();
 }
 
-// Waits for the stream and reports the first step whose check failed (the flags were read back on it).
+// Waits for the stream and reports the first step whose check failed, clearing the flags for the next run.
 Status CudaWorkspace::finish() {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
   CUresult r = d.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model on ", dev.label).c_str());
+  flags_unsettled_ = false;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     int32_t v = host_flags_[i];
     if (v == 0) continue;
+    std::memset(host_flags_, 0, sizeof(int32_t) * num_flags_);
     const CudaKernelInfo& k = plan.kernels[plan.steps[i].kernel];
     std::string what = (v > 0 && static_cast<size_t>(v) <= k.errors.size()) ? k.errors[v - 1] : str_cat("error code ", v);
     return invalid_argument("cuda step ", i, " (kernel ", k.name, ") failed: ", what);

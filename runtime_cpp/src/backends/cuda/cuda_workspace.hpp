@@ -56,8 +56,8 @@ class CudaWorkspace final : public Workspace {
   Status bind_inputs(const void* const* inputs, const int64_t* symbols) override;
   // Launches every step on the session's stream, or replays the shape's graph (recording it first).
   Status run_steps(const int64_t* symbols) override;
-  // Without graphs, queues the host-I/O output copies and the error flags' read-back; then waits for the
-  // stream and reports the first step whose check failed.
+  // Without graphs, queues the host-I/O output copies; then waits for the stream and reports the first step
+  // whose check failed.
   Status collect_outputs(const int64_t* symbols) override;
   // A CUdeviceptr with device I/O, else host memory.
   void* output_data(size_t index) const override;
@@ -79,7 +79,8 @@ class CudaWorkspace final : public Workspace {
   };
 
   Status alloc(size_t bytes, cuda::CUdeviceptr* out);
-  Status alloc_pinned(size_t bytes, const std::string& what, void** out);
+  Status alloc_pinned(size_t bytes, const std::string& what, void** out, unsigned int flags = 0);
+  Status alloc_error_flags(size_t count);
   Status grow_staging(Staging* staging, uint64_t bytes, const std::string& what, bool* grown);
   Status grow_host_staging(const int64_t* symbols);
   void drop_graphs();
@@ -94,11 +95,11 @@ class CudaWorkspace final : public Workspace {
   Status queue_input_copies(const int64_t* symbols);
   Status queue_steps(const int64_t* symbols);
   Status queue_output_copies(const int64_t* symbols);
-  Status queue_flag_read();
   Status queue_run(const int64_t* symbols);
   Status capture(const int64_t* symbols, cuda::CUgraphExec* out, bool* unsupported);
   Graph* find_graph(const int64_t* symbols);
   Graph* graph_to_replace();
+  Status settle_error_flags();
   Status finish();
 
   const CudaExecutable* executable_ = nullptr;
@@ -118,7 +119,15 @@ class CudaWorkspace final : public Workspace {
   std::vector<Staging> host_outputs_;          // per program output, with host I/O
   std::vector<void*> retired_staging_;          // outgrown staging memory, freed with the session (grow_staging)
   std::vector<cuda::CUdeviceptr> buffer_ptrs_;  // per program buffer; inputs are 0 with device I/O, no graphs
-  cuda::CUdeviceptr error_flags_ = 0;           // one int32 per step
+  // One int32 per step, in page-locked host memory the kernels write through the bus (only a failed check
+  // writes one), at error_flags_ for the device and host_flags_ for the host. A run neither clears them on the
+  // stream nor copies them back: finish() reads them once the stream is done and clears any it finds set.
+  // Before, a memset and a copy did, two more nodes in every graph. flags_unsettled_: a run launched work and
+  // has not finished it (it failed before finish()), so kernels may still write them (settle_error_flags).
+  cuda::CUdeviceptr error_flags_ = 0;
+  int32_t* host_flags_ = nullptr;
+  size_t num_flags_ = 0;
+  bool flags_unsettled_ = false;
   // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
@@ -126,7 +135,6 @@ class CudaWorkspace final : public Workspace {
   // Split-K products' counts and partial sums, shared by the steps like scratch_ (the counts are zeroed once
   // here and every launch leaves them zero), sized for the kernel that takes most; 0 when none splits.
   cuda::CUdeviceptr split_counts_ = 0, split_parts_ = 0;
-  int32_t* host_flags_ = nullptr;               // page-locked: read back inside a graph too
   std::vector<Graph> graph_cache_;              // capacity WorkspaceOptions::graph_cache_size
   uint64_t graph_clock_ = 0;                    // counts runs, for least-recently-used eviction
   // Per step, the launch arguments: buffer pointers, symbol values, flag, and two hidden scratch pointers
