@@ -214,8 +214,10 @@ typedef enum aotpack_memory_t {
  * allocate) and later runs at that shape replay it with one launch, so a run costs its kernels' time and not
  * one launch per kernel. A session keeps the graphs of its cuda_graph_cache_size most recently used shapes.
  * Every check works as without graphs: inputs and ranges are checked each run, kernels' index checks
- * reported. A graph reads session-owned input memory: device-I/O inputs are copied into it on the session's
- * stream before the replay (one device copy per input), host-I/O inputs staged in page-locked memory.
+ * reported. Host-I/O inputs are staged in page-locked memory, which the graph copies from. With device I/O, a
+ * shape's first graph reads the caller's inputs in place and replays only for runs given the same pointers (no
+ * copy: keep the input buffers from run to run); a run given other pointers copies its inputs into session-owned
+ * memory on the session's stream (one device copy per input) and replays the shape's graph that reads that.
  *
  * Programmatic dependent launch (cuda_pdl = 1, the default): kernels the package marks "pdl" (sm_90+
  * packages: each begins by waiting for its predecessor) are launched with programmatic dependent launch on an

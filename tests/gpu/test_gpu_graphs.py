@@ -117,6 +117,26 @@ def test_device_inputs_at_changing_addresses_are_read_each_run(model):
         np.testing.assert_array_equal(a, b)
 
 
+def test_an_input_buffer_kept_from_run_to_run_is_read_in_place_each_run(model):
+    """One input buffer, new contents each run (as a service that binds its buffers once): the shape's graph reads
+    it in place, and every replay sees the contents of its own run; the alternating second buffer's runs replay
+    the graph that reads the session's copy. Each result is the graph-off session's bit for bit."""
+    graphs = model.session(device="cuda", io="device")
+    direct = model.session(device="cuda", io="device", cuda_graphs=False)
+    n = 24
+    kept, other = torch.empty(n, dtype=torch.int64, device="cuda"), torch.empty(n, dtype=torch.int64, device="cuda")
+    results = []
+    for k in range(6):
+        x = kept if k % 3 else other  # other, kept, kept, other, ...: both kinds of graph, each replayed
+        x.copy_(ids_of(n, seed=100 + k))
+        torch.cuda.synchronize()
+        got = device_outputs(graphs, x)
+        for a, b in zip(got, device_outputs(direct, x)):
+            np.testing.assert_array_equal(a, b, err_msg=f"run {k}")
+        results.append(got[0])
+    assert all(not np.array_equal(results[i], results[i + 1]) for i in range(len(results) - 1))
+
+
 def test_checks_under_replay(model, rt):
     """At a shape whose graph is recorded: an out-of-range input is refused with its message, a bad pointer is
     refused before the replay, a kernel's index check is reported, and the session goes on."""

@@ -384,8 +384,10 @@ for n, ptr in ((3, x + 64), (16, x), (1, x + 128)):
 
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
 def test_device_inputs_at_new_addresses(runtime_build, package, tmp_path, graphs):
-    """With graphs, a graph never reads the caller's pointer: each run copies the caller's input into the
-    session's input buffer, then replays; without, the launches read the caller's memory in place."""
+    """With graphs, a shape's first run records a graph that reads the caller's input in place, which replays only
+    for runs given that same pointer, with no copy; a run given another pointer copies it into the session's input
+    buffer and replays the shape's graph that reads that buffer (recorded by the first such run), so no stale
+    pointer is replayed. Without graphs, the launches read the caller's memory in place."""
     path, steps = package
     trace = tmp_path / "trace.txt"
     result = run_python(
@@ -394,7 +396,7 @@ def test_device_inputs_at_new_addresses(runtime_build, package, tmp_path, graphs
 session = rt.Model({str(path)!r}).session(device="cuda", io="device", cuda_graphs={graphs})
 a, b = alloc(16 * 8 * 4), alloc(16 * 8 * 4)
 print("callers", a, b)
-for ptr in (a, b, a + 128, b):
+for ptr in (a, b, a + 128, b, a):
     (out,) = session.run([Dev(ptr, (3, 8))])
     assert out.shape == (3, 4)
 """,
@@ -404,25 +406,33 @@ for ptr in (a, b, a + 128, b):
     lines = trace.read_text().splitlines()
     callers = [line.split(" = ")[1] for line in lines if line.startswith("cuMemAlloc(512) = ")][-2:]
     runs = runs_of(trace)
-    assert len(runs) == 4, runs
-    sources = [f"{callers[0]}+0", f"{callers[1]}+0", f"{callers[0]}+128", f"{callers[1]}+0"]
+    assert len(runs) == 5, runs
+    sources = [f"{callers[0]}+0", f"{callers[1]}+0", f"{callers[0]}+128", f"{callers[1]}+0", f"{callers[0]}+0"]
     for i, (run, source) in enumerate(zip(runs, sources)):
         assert run[0] == "cuCtxSetCurrent(primary)" and run[1].startswith("cuPointerGetAttributes("), run
         launches = [line for line in run if "cuLaunchKernel" in line]
-        if graphs:
+        if not graphs:
+            assert not any("Capture" in line or "cuGraphLaunch" in line for line in run), run
+            assert len(launches) == steps and f"first parameter {source}" in launches[0], run
+        elif i == 0:  # recorded reading the caller's input in place: no copy
+            assert calls_of(run)[2] == "cuStreamBeginCapture", run
+            assert launches and all(line.startswith("capture: ") for line in launches), run
+            assert f"first parameter {source}" in launches[0], launches
+        elif i == 4:  # the first pointer again: its graph replayed, no copy
+            assert calls_of(run)[2:] == ["cuGraphLaunch", "cuStreamSynchronize"], run
+            assert run[2] == runs[0][-2], (run, runs[0])
+        else:  # another pointer: copied into the session's buffer, which the second graph reads
             copy = run[2]
             assert copy.startswith("cuMemcpyDtoDAsync(d") and copy.endswith(f", {source}, {3 * 8 * 4})"), run
             session_buffer = copy.split("(")[1].split(",")[0]
             assert session_buffer.split("+")[0] not in callers, copy
-            if i == 0:
+            if i == 1:
                 assert launches and all(line.startswith("capture: ") for line in launches), run
-                assert any(f"first parameter {session_buffer}" in line for line in launches), launches
+                assert f"first parameter {session_buffer}" in launches[0], launches
                 assert not any(c + "+" in line for c in callers for line in launches), launches
-            else:  # the same shape: replayed, whatever the caller's address
+            else:
                 assert not launches and calls_of(run)[3:] == ["cuGraphLaunch", "cuStreamSynchronize"], run
-        else:
-            assert not any("Capture" in line or "cuGraphLaunch" in line for line in run), run
-            assert len(launches) == steps and f"first parameter {source}" in launches[0], run
+                assert run[3] == runs[1][-2], (run, runs[1])
 
 
 def test_checks_work_under_replay(runtime_build, package):

@@ -212,8 +212,12 @@ Status CudaWorkspace::create(const CudaExecutable& executable, const WorkspaceOp
   }
   if (s->graphs_) {
     s->graph_cache_.resize(static_cast<size_t>(std::max(options.graph_cache_size, 1)));
-    for (Graph& g : s->graph_cache_) g.symbols.assign(program.symbols.size(), 0);
+    for (Graph& g : s->graph_cache_) {
+      g.symbols.assign(program.symbols.size(), 0);
+      g.inputs.assign(program.inputs.size(), 0);
+    }
   }
+  s->run_inputs_.assign(program.inputs.size(), 0);
   s->prepare_launches();
   *out = std::move(s);
   return Status();
@@ -349,19 +353,28 @@ Status CudaWorkspace::bind_device_inputs(const void* const* inputs, const int64_
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[program_->inputs[i].buffer], symbols, &bytes));
     if (bytes > 0) AOTPACK_RETURN_IF_ERROR(check_device_input(i, reinterpret_cast<CUdeviceptr>(inputs[i]), bytes));
   }
+  for (size_t i = 0; i < program_->inputs.size(); ++i) run_inputs_[i] = reinterpret_cast<CUdeviceptr>(inputs[i]);
+  if (!graphs_) point_input_slots_at(true);  // with graphs, replay_or_record decides
+  return Status();
+}
+
+// The launches read the caller's inputs (this run's pointers), or the session's input buffers.
+void CudaWorkspace::point_input_slots_at(bool caller_inputs) {
+  for (size_t i = 0; i < program_->inputs.size(); ++i) {
+    const CUdeviceptr p = caller_inputs ? run_inputs_[i] : buffer_ptrs_[program_->inputs[i].buffer];
+    for (CUdeviceptr* slot : input_slots_[i]) *slot = p;
+  }
+}
+
+// This run's device inputs into the session's input buffers, for a graph that reads those.
+Status CudaWorkspace::queue_device_input_copies(const int64_t* symbols) {
   const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
-    const CUdeviceptr p = reinterpret_cast<CUdeviceptr>(inputs[i]);
-    if (!graphs_) {
-      for (CUdeviceptr* slot : input_slots_[i]) *slot = p;
-      continue;
-    }
-    // A graph reads the session's input buffer, never the caller's pointer of the run that recorded it.
     const size_t b = program_->inputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyDtoDAsync(buffer_ptrs_[b], p, bytes, stream_);
+    CUresult r = d.cuMemcpyDtoDAsync(buffer_ptrs_[b], run_inputs_[i], bytes, stream_);
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying input ", quoted(program_->inputs[i].name), " into the session's buffer on ",
                                  device_->label).c_str());
@@ -391,10 +404,17 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
   AOTPACK_RETURN_IF_ERROR(settle_error_flags());
   flags_unsettled_ = true;  // until finish() has read them
-  if (!graphs_) return queue_steps(symbols);
+  return graphs_ ? replay_or_record(symbols) : queue_steps(symbols);
+}
+
+// Replays the graph of this shape (and, with device I/O, of this run's input pointers, or of the session's input
+// buffers: see Graph), recording it first if the cache has none.
+Status CudaWorkspace::replay_or_record(const int64_t* symbols) {
   const Driver& d = *device_->driver;
   ++graph_clock_;
-  Graph* g = find_graph(symbols);
+  const bool in_place = device_io_ && (find_graph(symbols, true) != nullptr || !has_graph(symbols));
+  if (device_io_ && !in_place) AOTPACK_RETURN_IF_ERROR(queue_device_input_copies(symbols));
+  Graph* g = find_graph(symbols, in_place);
   if (!g) {
     g = graph_to_replace();
     if (g->exec) {  // evicted: every earlier run waited for the stream, so it is not in flight
@@ -403,18 +423,22 @@ Status CudaWorkspace::run_steps(const int64_t* symbols) {
       g->last_used = 0;
       AOTPACK_RETURN_IF_ERROR(check(d, r, "cuGraphExecDestroy"));
     }
+    if (device_io_) point_input_slots_at(in_place);
     bool unsupported = false;
     Status st = capture(symbols, &g->exec, &unsupported);
     if (unsupported) {
       // The stream cannot capture here (the driver or its configuration refuses): this session launches
-      // directly from now on, this run included (its inputs are already where the launches read them).
+      // directly from now on, this run included, reading device inputs in place (as runs without graphs do).
       graphs_ = false;
       report_timing("cuda graphs off for this session, capture refused", 0, st.message());
-      if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
+      if (device_io_) point_input_slots_at(true);
+      else AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
       return queue_steps(symbols);
     }
     AOTPACK_RETURN_IF_ERROR(st);
     std::copy(symbols, symbols + g->symbols.size(), g->symbols.begin());
+    g->reads_caller_inputs = in_place;
+    if (in_place) std::copy(run_inputs_.begin(), run_inputs_.end(), g->inputs.begin());
   }
   g->last_used = graph_clock_;
   CUresult r = d.cuGraphLaunch(g->exec, stream_);
@@ -422,11 +446,23 @@ Status CudaWorkspace::run_steps(const int64_t* symbols) {
   return Status();
 }
 
-CudaWorkspace::Graph* CudaWorkspace::find_graph(const int64_t* symbols) {
+// The shape's graph that reads the caller's inputs at this run's pointers, or the one that reads the session's
+// input buffers (the only kind with host I/O).
+CudaWorkspace::Graph* CudaWorkspace::find_graph(const int64_t* symbols, bool reads_caller_inputs) {
   for (Graph& g : graph_cache_) {
-    if (g.last_used != 0 && std::equal(g.symbols.begin(), g.symbols.end(), symbols)) return &g;
+    if (g.last_used != 0 && g.reads_caller_inputs == reads_caller_inputs &&
+        std::equal(g.symbols.begin(), g.symbols.end(), symbols) &&
+        (!reads_caller_inputs || g.inputs == run_inputs_))
+      return &g;
   }
   return nullptr;
+}
+
+bool CudaWorkspace::has_graph(const int64_t* symbols) const {
+  for (const Graph& g : graph_cache_) {
+    if (g.last_used != 0 && std::equal(g.symbols.begin(), g.symbols.end(), symbols)) return true;
+  }
+  return false;
 }
 
 // An empty entry, else the least recently used.

@@ -50,9 +50,9 @@ class CudaWorkspace final : public Workspace {
   bool graphs() const { return graphs_; }
 
   aotpack_memory_t io_memory() const override { return device_io_ ? AOTPACK_MEMORY_DEVICE : AOTPACK_MEMORY_HOST; }
-  // Device inputs are checked, then bound into the launch parameters (or, with graphs, copied into the
-  // session's input buffers); host inputs are copied into the staging memory (and, without graphs, queued
-  // for the device).
+  // Device inputs are checked, then bound into the launch parameters (with graphs, run_steps decides whether
+  // the run reads them in place or copies them into the session's input buffers first); host inputs are copied
+  // into the staging memory (and, without graphs, queued for the device).
   Status bind_inputs(const void* const* inputs, const int64_t* symbols) override;
   // Launches every step on the session's stream, or replays the shape's graph (recording it first).
   Status run_steps(const int64_t* symbols) override;
@@ -64,9 +64,15 @@ class CudaWorkspace final : public Workspace {
 
  private:
   CudaWorkspace() = default;
-  // A recorded run at one shape. Empty while last_used is 0.
+  // A recorded run at one shape. Empty while last_used is 0. With device I/O, a shape's first graph reads the
+  // caller's inputs in place, at the pointers it was recorded with (`inputs`), and is replayed only by runs
+  // given those same pointers; a run given others copies its inputs into the session's input buffers and
+  // replays the shape's graph that reads them (recorded by the first such run). A caller that keeps its input
+  // buffers (as a C++ service does) so runs one graph launch of kernels alone, and no stale pointer is replayed.
   struct Graph {
     std::vector<int64_t> symbols;  // the shape, program order (sized at creation)
+    bool reads_caller_inputs = false;
+    std::vector<cuda::CUdeviceptr> inputs;  // with reads_caller_inputs: the pointers (sized at creation)
     cuda::CUgraphExec exec = nullptr;
     uint64_t last_used = 0;
   };
@@ -90,6 +96,9 @@ class CudaWorkspace final : public Workspace {
   void prepare_launches();
   Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
   Status bind_device_inputs(const void* const* inputs, const int64_t* symbols);
+  void point_input_slots_at(bool caller_inputs);
+  Status queue_device_input_copies(const int64_t* symbols);
+  Status replay_or_record(const int64_t* symbols);
   Status check_device_input(size_t i, cuda::CUdeviceptr p, uint64_t bytes) const;
   // What a run queues on the stream; with graphs, captured once per shape.
   Status queue_input_copies(const int64_t* symbols);
@@ -97,7 +106,8 @@ class CudaWorkspace final : public Workspace {
   Status queue_output_copies(const int64_t* symbols);
   Status queue_run(const int64_t* symbols);
   Status capture(const int64_t* symbols, cuda::CUgraphExec* out, bool* unsupported);
-  Graph* find_graph(const int64_t* symbols);
+  Graph* find_graph(const int64_t* symbols, bool reads_caller_inputs);
+  bool has_graph(const int64_t* symbols) const;
   Graph* graph_to_replace();
   Status settle_error_flags();
   Status finish();
@@ -151,6 +161,7 @@ class CudaWorkspace final : public Workspace {
   // Per program input, the launch pointers that name its buffer: with device I/O, each run writes the
   // caller's pointer there.
   std::vector<std::vector<cuda::CUdeviceptr*>> input_slots_;
+  std::vector<cuda::CUdeviceptr> run_inputs_;  // with device I/O, this run's input pointers (sized at creation)
 };
 
 }  // namespace aotpack
