@@ -25,6 +25,9 @@ configurations), the policies set through lowering/backends/cuda/render.py's con
   epilogue through an int64 division and modulo by seq per row, as before session 26);
 - `rowsx4`: the defaults with few-row row kernels as before session 26 (ROW_PER_PROGRAM_ROWS = 0: four rows and
   eight warps a program for a 768-wide norm, not one row and one warp);
+- `prefetch128`: the defaults with PREFETCH_ROWS = 128: products of buckets up to 128 rows fetch their weight into
+  L2 before their wait too (the first tile of rows' programs, where a bucket has more than one), not only those of
+  up to 16 (session 28; untimed);
 - `normfold`: the defaults with ir/norm_folding.py on (ENABLED: norms folded into the products that write and read
   their rows; off by default until this variant has been timed);
 - `nonorms`: an upper bound, not a package anyone should run: every row kernel that only products read as their
@@ -71,13 +74,14 @@ VARIANTS = {"none": {"EARLY_LAUNCH_ROWS": 0, "PREFETCH_ROWS": 0}, "policy": {},
             "untransposed": {"skip_passes": ["lowering.backends.cuda.backend.transpose_kn_weights"]},
             "lateepilogue": {"EARLY_EPILOGUE_ROWS": 0}, "unstacked": {"skip_passes": ["stack_pointwise"]},
             "nonorms": {"drop_norms": True}, "unfoldedidx": {"skip_passes": ["lowering.ir.epilogue._folded_indices"]},
-            "rowsx4": {"ROW_PER_PROGRAM_ROWS": 0}, "normfold": {"lowering.ir.norm_folding.ENABLED": True}}
+            "rowsx4": {"ROW_PER_PROGRAM_ROWS": 0}, "normfold": {"lowering.ir.norm_folding.ENABLED": True},
+            "prefetch128": {"PREFETCH_ROWS": 128}}
 # (package, the session's options, label)
 RUNS = (("none", {"cuda_pdl": False}, "none/off"), ("none", {}, "none/wait"), ("policy", {}, "policy"),
         ("always", {}, "always"), ("unpaired", {}, "unpaired"), ("buckets4x", {}, "buckets4x"),
         ("policy", {"cuda_graphs": False}, "nographs"), ("untransposed", {}, "untransposed"),
         ("lateepilogue", {}, "lateepilogue"), ("unstacked", {}, "unstacked"), ("nonorms", {}, "nonorms"), ("unfoldedidx", {}, "unfoldedidx"),
-        ("rowsx4", {}, "rowsx4"), ("normfold", {}, "normfold"))
+        ("rowsx4", {}, "rowsx4"), ("normfold", {}, "normfold"), ("prefetch128", {}, "prefetch128"))
 
 EXPORT_CODE = """
 import functools, importlib, json, os, sys, time

@@ -47,6 +47,28 @@ def test_few_row_products_fetch_their_weight_then_wait_then_let_the_next_kernel_
     assert _opening(many)[0] == "tl.extra.cuda.gdc_wait()"
 
 
+def test_with_prefetch_rows_raised_only_the_first_row_tile_of_a_bucket_fetches(monkeypatch, tmp_path):
+    """PREFETCH_ROWS raised past a bucket's row tile (scripts/pdl_bench.py's `prefetch128`): the bucket of 17-128
+    rows fetches too, from its first tile of rows' programs alone, so that each column is fetched once; the
+    one-tile bucket's fetch stays unconditional, and the kernels compile for sm_90."""
+    from aotpack.lowering.backends.cuda import render
+
+    monkeypatch.setattr(render, "PREFETCH_ROWS", 128)
+    program = _linear(size_symbol("s"), 2304, 768, "bfloat16", 2048)
+    buckets = _variants(program, (90,))
+    few, mid, many = buckets[0][1], buckets[1][1], buckets[2][1]
+    assert "_l2_prefetch(in1 + " in few and "if pid_m == 0:" not in few
+    assert "if pid_m == 0:" in mid and "_l2_prefetch(in1 + " in mid
+    assert mid.index("if pid_m == 0:") < mid.index("_l2_prefetch(") < mid.index("tl.extra.cuda.gdc_wait()")
+    assert "_l2_prefetch(" not in many
+    from aotpack.lowering.backends.cuda.compile import compile_triton_library
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    library = render_triton_library(program, (90,))
+    compiled = compile_triton_library(library, (90,))[90].kernels
+    assert all(c.cubin[:4] == b"\x7fELF" for c in compiled.values()) and len(compiled) == len(library.kernels)
+
+
 def test_a_weight_stored_k_major_is_not_fetched_early():
     program = _linear(size_symbol("s"), 2304, 768, "bfloat16", 2048)
     w = Buffer("w", "bfloat16", (sympy.Integer(768), sympy.Integer(2304)), "weight", "w")  # Conv1D: [K, N]

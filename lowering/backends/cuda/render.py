@@ -542,12 +542,13 @@ class TritonRenderer(KernelRenderer):
     def _weight_prefetch(self, k: MatmulKernel, config: MatmulConfig) -> dict[str, int] | None:
         """How a few-row product fetches its program's columns of a weight b into L2 before it waits for the
         previous kernel, or None. Only with programmatic dependent launch does this overlap anything (the
-        previous kernel's tail); only a weight is safe to read early (no kernel writes it); only a bucket of one
-        row tile reads each column once, so that the fetch is the whole of its DRAM traffic. One fetch per
-        128-byte line of each column (`line` elements apart along k), `rows` of them per step of the loop."""
+        previous kernel's tail); only a weight is safe to read early (no kernel writes it). Where the bucket has
+        more than one tile of rows, only the first tile's programs fetch (`first_row_tile_only`), so that each
+        column is fetched once, the whole of the product's DRAM traffic. One fetch per 128-byte line of each
+        column (`line` elements apart along k), `rows` of them per step of the loop."""
         b = k.b
         if not (self.pdl and isinstance(b, StridedView) and not config.persistent
-                and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= PREFETCH_ROWS <= config.bm
+                and self.program.buffers[b.buffer].kind == "weight" and self.max(k.m) <= PREFETCH_ROWS
                 and self._launches_early(k) and sympy.sympify(b.strides[1]) == 1):
             return None
         # [N, K] storage (nn.Linear's weight read transposed): each of the program's columns is a run of K
@@ -557,7 +558,7 @@ class TritonRenderer(KernelRenderer):
         # lines fetched per column and step: a block size (constexpr PF_ROWS), so that the kernel's source does
         # not depend on its configuration (refit compares sources up to configurations)
         rows = min(next_pow2(-(-self.max(k.k) // line)), max(1, PREFETCH_POINTS // config.bn))
-        return {"rows": rows, "line": line}
+        return {"rows": rows, "line": line, "first_row_tile_only": self.max(k.m) > config.bm}
 
     def _epilogue(self, k: MatmulKernel, arg_names: dict[str, str],
                   sym_names: dict[sympy.Symbol, str]) -> tuple[dict[str, Any], list[Check]]:
@@ -712,6 +713,8 @@ PDL_MIN_ARCH = 90
 EARLY_LAUNCH_ROWS = 128
 # A product of at most this many rows reading a weight stored [N, K] fetches its columns of it into L2 before
 # its wait (TritonRenderer._weight_prefetch): 3-6% less at the Llama shape's 1 and 16 tokens in session 17's runs.
+# Raised past a bucket's tile of rows (scripts/pdl_bench.py's prefetch128, not yet timed), that bucket's first
+# tile of rows fetches for the others.
 PREFETCH_ROWS = 16
 PREFETCH_POINTS = 1024  # addresses a program fetches per step of its fetch loop (8 a thread at 4 warps)
 # A product's epilogue loads what does not need the product before its k loop (TritonRenderer._loads_epilogue_early)
