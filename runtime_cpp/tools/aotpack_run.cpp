@@ -2,7 +2,7 @@
 //
 //   aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu] [--threads N]
 //                       [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]
-//                       [--no-cuda-graphs] [--no-cuda-pdl] [--timings]
+//                       [--no-cuda-graphs] [--no-cuda-pdl] [--io host|device] [--timings]
 //                       [--public-key PUB.pem [--signature SIG]]
 //
 // Exit codes: 0 success, 1 a runtime error (bad package, bad inputs, failed run), 2 a usage error. Every
@@ -18,12 +18,14 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "aotpack.hpp"
+#include "dl_symbol.hpp"
 #include "dtype.hpp"
 #include "safetensors.hpp"
 
@@ -32,7 +34,8 @@ namespace {
 const char kUsage[] =
     "usage: aotpack-run PACKAGE [--inputs in.safetensors] [--outputs out.safetensors] [--device cpu|cuda[:N]]\n"
     "                   [--threads N] [--no-verify] [--repeat N] [--seed N] [--sym NAME=VALUE ...]\n"
-    "                   [--no-cuda-graphs] [--no-cuda-pdl] [--timings] [--public-key PUB.pem [--signature SIG]]\n"
+    "                   [--no-cuda-graphs] [--no-cuda-pdl] [--io host|device] [--timings]\n"
+    "                   [--public-key PUB.pem [--signature SIG]]\n"
     "\n"
     "Runs an aotpack package. Inputs come from a safetensors file keyed by input name, or are random\n"
     "(floats uniform in [-1, 1), integers in [0, 2)) with each symbol at --sym's value or its maximum.\n"
@@ -41,6 +44,9 @@ const char kUsage[] =
     "On an sm_90+ GPU, the kernels an sm_90+ package marks \"pdl\" are launched with programmatic dependent\n"
     "launch (each may start while its predecessor finishes) unless --no-cuda-pdl, which launches every kernel\n"
     "with cuLaunchKernel. The outputs are the same either way.\n"
+    "--io device (CUDA only) gives the session its inputs in device memory, copied there once before the first\n"
+    "run, and reads its outputs back after the last: the timed runs move no data over the bus, as in a service\n"
+    "that keeps its tensors on the GPU (the default, host, copies both ways every run).\n"
     "--timings prints where the time from start to the first result goes (AOTPACK_TIMINGS=1 does the same).\n"
     "--public-key requires the package to be signed by that key (`aotpack sign`); the signature is read\n"
     "from --signature, default PACKAGE.sig.\n";
@@ -63,6 +69,7 @@ struct Args {
   int repeat = 5;
   bool cuda_graphs = true;
   bool cuda_pdl = true;
+  bool device_io = false;
   bool timings = false;
   uint64_t seed = 0;
   std::map<std::string, int64_t> symbols;
@@ -129,6 +136,10 @@ Args parse_args(int argc, char** argv) {
       args.cuda_pdl = false;
     } else if (a == "--timings") {
       args.timings = true;
+    } else if (a == "--io") {
+      std::string io = next();
+      if (io != "host" && io != "device") throw UsageError("--io is \"" + io + "\"; expected host or device");
+      args.device_io = io == "device";
 
     } else if (a == "--repeat") {
       int64_t n = parse_int("--repeat", next());
@@ -161,6 +172,7 @@ Args parse_args(int argc, char** argv) {
     throw UsageError("--signature needs --public-key, the key it is checked against");
   if (!args.inputs.empty() && !args.symbols.empty())
     throw UsageError("--sym sets the sizes of generated inputs; it cannot be used with --inputs");
+  if (args.device_io && args.device != "cuda") throw UsageError("--io device needs --device cuda");
   return args;
 }
 
@@ -367,6 +379,73 @@ std::vector<OwnedTensor> random_inputs(const std::vector<aotpack_tensor_info_t>&
   return out;
 }
 
+// ---- device memory for --io device ------------------------------------------------------------------------
+
+// The inputs in device memory and the outputs read back, through the driver the runtime has loaded already
+// (libcuda.so.1, opened here too: the tool has no CUDA toolkit to link against), in the device's primary
+// context, which the runtime's sessions use. Freed when it goes.
+class CudaMemory {
+ public:
+  explicit CudaMemory(int device_index) {
+    handle_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) throw RunError("--io device: cannot open the NVIDIA driver library libcuda.so.1");
+    bool found = aotpack::resolve_symbol(handle_, "cuDeviceGet", &device_get_) &&
+                 aotpack::resolve_symbol(handle_, "cuDevicePrimaryCtxRetain", &retain_) &&
+                 aotpack::resolve_symbol(handle_, "cuDevicePrimaryCtxRelease_v2", &release_) &&
+                 aotpack::resolve_symbol(handle_, "cuCtxSetCurrent", &set_current_) &&
+                 aotpack::resolve_symbol(handle_, "cuMemAlloc_v2", &alloc_) &&
+                 aotpack::resolve_symbol(handle_, "cuMemFree_v2", &free_) &&
+                 aotpack::resolve_symbol(handle_, "cuMemcpyHtoD_v2", &to_device_) &&
+                 aotpack::resolve_symbol(handle_, "cuMemcpyDtoH_v2", &to_host_);
+    if (!found) throw RunError("--io device: libcuda.so.1 lacks a function the tool needs; the driver is too old");
+    check(device_get_(&device_, device_index), "cuDeviceGet");
+    check(retain_(&context_, device_), "cuDevicePrimaryCtxRetain");
+    retained_ = true;
+  }
+  ~CudaMemory() {
+    if (!handle_) return;
+    if (retained_) {
+      set_current_(context_);
+      for (uint64_t p : allocations_) free_(p);
+      release_(device_);
+    }
+  }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+
+  // A device copy of `bytes` at `host` (an empty tensor gets memory too: the session checks its pointer).
+  void* upload(const void* host, size_t bytes, const std::string& what) {
+    check(set_current_(context_), "cuCtxSetCurrent");
+    uint64_t p = 0;
+    check(alloc_(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc for " + what);
+    allocations_.push_back(p);
+    if (bytes) check(to_device_(p, host, bytes), "copying " + what + " to the device");
+    return reinterpret_cast<void*>(p);
+  }
+  void download(void* host, const void* device, size_t bytes, const std::string& what) {
+    check(set_current_(context_), "cuCtxSetCurrent");
+    if (bytes) check(to_host_(host, reinterpret_cast<uint64_t>(device), bytes), "copying " + what + " from the device");
+  }
+
+ private:
+  static void check(int result, const std::string& what) {
+    if (result != 0) throw RunError("--io device: " + what + " failed (CUDA error " + std::to_string(result) + ")");
+  }
+  void* handle_ = nullptr;
+  int device_ = 0;
+  void* context_ = nullptr;
+  bool retained_ = false;
+  std::vector<uint64_t> allocations_;
+  int (*device_get_)(int*, int) = nullptr;
+  int (*retain_)(void**, int) = nullptr;
+  int (*release_)(int) = nullptr;
+  int (*set_current_)(void*) = nullptr;
+  int (*alloc_)(uint64_t*, size_t) = nullptr;
+  int (*free_)(uint64_t) = nullptr;
+  int (*to_device_)(uint64_t, const void*, size_t) = nullptr;
+  int (*to_host_)(void*, uint64_t, size_t) = nullptr;
+};
+
 // ---- outputs ---------------------------------------------------------------------------------------------
 
 std::string shape_string(const aotpack_tensor_t& t) {
@@ -424,6 +503,7 @@ int run(const Args& args) {
   options.num_threads = args.threads;
   options.cuda_graphs = args.cuda_graphs ? 1 : 0;
   options.cuda_pdl = args.cuda_pdl ? 1 : 0;
+  if (args.device_io) options.io_memory = AOTPACK_MEMORY_DEVICE;
   t0 = clock::now();
   aotpack::Session session(model, options);
   double session_ms = ms_since(t0);
@@ -434,6 +514,12 @@ int run(const Args& args) {
       args.inputs.empty() ? random_inputs(infos, args.symbols, args.seed) : read_inputs(args.inputs, infos);
   std::vector<aotpack_tensor_t> views;
   for (OwnedTensor& t : inputs) views.push_back(t.view());
+  std::unique_ptr<CudaMemory> cuda_memory;
+  if (args.device_io) {  // the same inputs, in device memory; the buffers stay for every run
+    cuda_memory = std::make_unique<CudaMemory>(args.device_index);
+    for (size_t i = 0; i < views.size(); ++i)
+      views[i].data = cuda_memory->upload(inputs[i].data(), inputs[i].bytes, std::string("input \"") + infos[i].name + "\"");
+  }
 
   t0 = clock::now();
   session.run(views);
@@ -447,9 +533,16 @@ int run(const Args& args) {
   }
 
   std::vector<aotpack::safetensors::TensorView> to_write;
+  std::vector<OwnedTensor> read_back(model.num_outputs());  // with --io device, the outputs copied to the host
   for (size_t i = 0; i < model.num_outputs(); ++i) {
     aotpack_tensor_info_t info = model.output_info(i);
     aotpack_tensor_t t = session.output(i);
+    if (cuda_memory) {
+      const size_t bytes = element_count(t) * aotpack_dtype_size(t.dtype);
+      read_back[i].allocate(bytes);
+      cuda_memory->download(read_back[i].data(), t.data, bytes, std::string("output \"") + info.name + "\"");
+      t.data = read_back[i].data();
+    }
     print_output(info.name, t);
     aotpack::safetensors::TensorView v;
     v.name = info.name;
@@ -473,7 +566,7 @@ int run(const Args& args) {
     std::printf(", median of %zu runs %.3f ms%s", times.size(), median, graphs ? " (replay)" : "");
   }
   if (args.device == "cuda")
-    std::printf(" (cuda:%d, host inputs and outputs, %s%s)\n", args.device_index,
+    std::printf(" (cuda:%d, %s inputs and outputs, %s%s)\n", args.device_index, args.device_io ? "device" : "host",
                 args.cuda_graphs ? "CUDA graphs" : "no CUDA graphs",
                 args.cuda_pdl ? "" : ", no programmatic dependent launch");
   else

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 from aotpack.build import build_package
@@ -527,6 +528,36 @@ def test_the_tool_times_capture_and_replay(runtime_build, package, tmp_path, gra
     # --timings: where the time to the first result went, part by part.
     for part in ("digests", "cuda driver", "cuda context", "cuda modules", "cuda weights", "open to first result"):
         assert part in result.stderr, result.stderr
+
+
+def test_the_tool_runs_on_device_memory_on_request(runtime_build, package, tmp_path):
+    """aotpack-run --io device: the inputs copied into device memory once, before the first run; each replay is one
+    launch of a graph of the steps alone, reading them in place; the outputs read back after the last run and
+    written as with host I/O. Without --device cuda it is a usage error."""
+    from safetensors.numpy import load_file, save_file
+
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    save_file({"x": np.arange(5 * 8, dtype=np.float32).reshape(5, 8)}, str(tmp_path / "in.safetensors"))
+    result = run_tool(runtime_build, [str(path), "--device", "cuda", "--io", "device", "--repeat", "3",
+                                      "--inputs", str(tmp_path / "in.safetensors"),
+                                      "--outputs", str(tmp_path / "out.safetensors")], FAKE_CUDA_TRACE=str(trace))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"first run [\d.]+ ms \(capture\), median of 3 runs [\d.]+ ms \(replay\) "
+                     r"\(cuda:0, device inputs and outputs, CUDA graphs\)", result.stdout), result.stdout
+    assert load_file(str(tmp_path / "out.safetensors"))["output"].shape == (5, 4)
+    lines = trace.read_text().splitlines()
+    upload = next(i for i, line in enumerate(lines) if line.startswith("cuMemcpyHtoD(") and line.endswith(", 160)"))
+    captured = lines.index("cuStreamBeginCapture(mode 1)")
+    read_back = next(i for i, line in enumerate(lines) if line.startswith("cuMemcpyDtoH("))
+    assert upload < captured < read_back and lines[read_back].endswith(", 80)"), lines
+    between = lines[captured:read_back]
+    assert [line for line in between if line.startswith("cuGraphLaunch")] == [f"cuGraphLaunch(e0, {steps} nodes)"] * 4
+    assert not any(line.startswith("cuMemcpy") for line in between), between
+    for args, message in ((["--io", "device"], "--io device needs --device cuda"),
+                          (["--device", "cuda", "--io", "pinned"], '--io is "pinned"; expected host or device')):
+        refused = run_tool(runtime_build, [str(path), *args])
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 def test_device_pointers_are_checked(runtime_build, package):

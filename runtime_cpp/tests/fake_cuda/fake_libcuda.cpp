@@ -243,6 +243,12 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
   memcpy((void*)(uintptr_t)dst, src, bytes);
   return 0;
 }
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  char n[64];
+  trace("cuMemcpyDtoH(%s, %zu)", name_of(src, n, sizeof(n)), bytes);
+  memcpy(dst, (const void*)(uintptr_t)src, bytes);
+  return 0;
+}
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, void* stream) {
   (void)stream;
   char n[64];
