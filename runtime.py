@@ -15,7 +15,7 @@ needed only to make the inputs; this module imports it only in DeviceTensor.to_t
     y = outputs[0].to_torch()                       # or torch.as_tensor(outputs[0]): no copy, see DeviceTensor
 
 CUDA sessions record a CUDA graph at each new shape and replay it after (cuda_graphs=False turns that off;
-cuda_graph_cache_size bounds the shapes kept), launch the kernels of an sm_90+ package with programmatic
+cuda_graph_cache_size bounds the graphs kept), launch the kernels of an sm_90+ package with programmatic
 dependent launch on an sm_90+ GPU (cuda_pdl=False turns that off), and `Model(path, prepare="cuda")` sets the
 GPU up while the load checks the digests.
 """
@@ -340,7 +340,8 @@ class Model:
         device) or "device" (on CUDA, run() takes CUDA tensors and returns DeviceTensors; on the CPU, whose
         device memory is host memory, it is the same as "host"). cuda_graphs: on CUDA, the first run at each
         shape records a CUDA graph and later runs at that shape replay it (False launches every kernel each
-        run); the session keeps the graphs of its cuda_graph_cache_size most recently used shapes. cuda_pdl:
+        run); the session keeps its cuda_graph_cache_size most recently used graphs (one a shape; with io="device",
+        two where the input tensors move between runs). cuda_pdl:
         on an sm_90+ GPU whose driver has cuLaunchKernelEx, the kernels the package marks "pdl" (an sm_90+
         package's) are launched with programmatic dependent launch, each free to start while its predecessor
         finishes (False launches every kernel with cuLaunchKernel); the outputs are the same either way."""

@@ -242,8 +242,8 @@ typedef struct aotpack_session_options_t {
   aotpack_memory_t io_memory;        /* where inputs and outputs are; default AOTPACK_MEMORY_HOST */
   /* Added after the fields above (a caller built against the shorter struct gets the defaults). */
   int32_t cuda_graphs;           /* 1 (default): replay a CUDA graph per shape; 0: launch every step each run */
-  int32_t cuda_graph_cache_size; /* shapes whose graphs a session keeps, least recently used evicted; default
-                                    64, 1..65536 */
+  int32_t cuda_graph_cache_size; /* graphs a session keeps, least recently used evicted (one a shape, or two
+                                    for a device-I/O shape whose runs move their inputs); default 64, 1..65536 */
   /* Added after cuda_graph_cache_size (a caller built against the shorter struct gets the default). */
   int32_t cuda_pdl; /* 1 (default): programmatic dependent launch for the kernels marked "pdl"; 0: none */
 } aotpack_session_options_t;
