@@ -708,7 +708,7 @@ def test_a_failed_check_is_read_from_host_memory_and_cleared(runtime_build, look
     """The kernels write their error flags in page-locked host memory, which no run clears or copies on the stream:
     a run whose kernel set its flag reports that check's message and clears it, so the next run succeeds. A run that
     fails after a kernel set its flag (its next launch refused) returns before reading the flags: the next run
-    waits for the stream and clears them before it launches anything, and succeeds too."""
+    waits for the stream and clears them before it stages or launches anything, and succeeds too."""
     path, kernel, error, flag = lookup_package
     runs = {}
     for case, expected, refused in (("check", "failed: ", {}), ("refusal", "launching cuda step 1", {"FAKE_CUDA_FAIL_LAUNCH": "2"})):
@@ -734,9 +734,10 @@ def test_a_failed_check_is_read_from_host_memory_and_cleared(runtime_build, look
         assert not any(line.startswith(("cuMemsetD8Async", "cuMemcpyDtoHAsync(h1")) for line in lines), lines
         runs[case] = (result.stdout, calls_of(lines[lines.index("-- next run") + 1:]))
     assert f"ERROR cuda step 0 (kernel {kernel}) failed: {error}" in runs["check"][0], runs["check"][0]
-    # After a run that read its flags, nothing waits before the launches; after one that did not, the stream does.
+    # After a run that waited for the stream and read its flags, the next copies its input and launches; after one
+    # that did not, the next waits for the stream first, before it writes the staging memory or queues anything.
     assert runs["check"][1][:3] == ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuLaunchKernel"], runs["check"][1]
-    assert runs["refusal"][1][:3] == ["cuCtxSetCurrent", "cuMemcpyHtoDAsync", "cuStreamSynchronize"], runs["refusal"][1]
+    assert runs["refusal"][1][:3] == ["cuCtxSetCurrent", "cuStreamSynchronize", "cuMemcpyHtoDAsync"], runs["refusal"][1]
 
 
 def cuda_mutants(path):

@@ -303,6 +303,8 @@ Status CudaWorkspace::bind_inputs(const void* const* inputs, const int64_t* symb
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
+  AOTPACK_RETURN_IF_ERROR(settle_unfinished_run());
+  run_unfinished_ = true;  // until finish() has waited for it
   if (device_io_) return bind_device_inputs(inputs, symbols);
   AOTPACK_RETURN_IF_ERROR(grow_host_staging(symbols));
   AOTPACK_RETURN_IF_ERROR(stage_host_inputs(inputs, symbols));
@@ -402,8 +404,6 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 }
 
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
-  AOTPACK_RETURN_IF_ERROR(settle_error_flags());
-  flags_unsettled_ = true;  // until finish() has read them
   return graphs_ ? replay_or_record(symbols) : queue_steps(symbols);
 }
 
@@ -587,14 +587,15 @@ Status CudaWorkspace::queue_output_copies(const int64_t* symbols) {
   return Status();
 }
 
-// A run that failed after launching work and before finish() may have left kernels on the stream that still
-// write the flags: they are waited for and the flags cleared before the next run launches anything.
-Status CudaWorkspace::settle_error_flags() {
-  if (!flags_unsettled_) return Status();
+// A run that failed after queuing work and before finish() may have left copies and kernels on the stream that
+// still read the staging memory or write the flags: the next run waits for them, and clears the flags, before
+// it writes or queues anything.
+Status CudaWorkspace::settle_unfinished_run() {
+  if (!run_unfinished_) return Status();
   const Driver& d = *device_->driver;
   AOTPACK_CUDA_CHECK(d, cuStreamSynchronize(stream_), "waiting for the work of the session's last (failed) run");
   std::memset(host_flags_, 0, sizeof(int32_t) * num_flags_);
-  flags_unsettled_ = false;
+  run_unfinished_ = false;
   return Status();
 }
 
@@ -605,7 +606,7 @@ Status CudaWorkspace::finish() {
   const CudaPlan& plan = executable_->plan();
   CUresult r = d.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model on ", dev.label).c_str());
-  flags_unsettled_ = false;
+  run_unfinished_ = false;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     int32_t v = host_flags_[i];
     if (v == 0) continue;

@@ -109,7 +109,7 @@ class CudaWorkspace final : public Workspace {
   Graph* find_graph(const int64_t* symbols, bool reads_caller_inputs);
   bool has_graph(const int64_t* symbols) const;
   Graph* graph_to_replace();
-  Status settle_error_flags();
+  Status settle_unfinished_run();
   Status finish();
 
   const CudaExecutable* executable_ = nullptr;
@@ -132,12 +132,12 @@ class CudaWorkspace final : public Workspace {
   // One int32 per step, in page-locked host memory the kernels write through the bus (only a failed check
   // writes one), at error_flags_ for the device and host_flags_ for the host. A run neither clears them on the
   // stream nor copies them back: finish() reads them once the stream is done and clears any it finds set.
-  // Before, a memset and a copy did, two more nodes in every graph. flags_unsettled_: a run launched work and
-  // has not finished it (it failed before finish()), so kernels may still write them (settle_error_flags).
+  // Before, a memset and a copy did, two more nodes in every graph. run_unfinished_: a run began and did not
+  // reach finish()'s wait (it failed), so its copies and kernels may still run (settle_unfinished_run).
   cuda::CUdeviceptr error_flags_ = 0;
   int32_t* host_flags_ = nullptr;
   size_t num_flags_ = 0;
-  bool flags_unsettled_ = false;
+  bool run_unfinished_ = false;
   // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
