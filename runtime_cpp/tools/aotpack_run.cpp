@@ -140,7 +140,6 @@ Args parse_args(int argc, char** argv) {
       std::string io = next();
       if (io != "host" && io != "device") throw UsageError("--io is \"" + io + "\"; expected host or device");
       args.device_io = io == "device";
-
     } else if (a == "--repeat") {
       int64_t n = parse_int("--repeat", next());
       if (n < 0 || n > 1000000) throw UsageError("--repeat must be 0..1000000");
