@@ -14,6 +14,7 @@ The earlier build comes from a revision's sources, which must travel with the wo
 gets no git history): before sending, `mkdir -p ab && git archive REV runtime_cpp | tar -x -C ab`; there,
 `cmake -S ab/runtime_cpp -B build/runtime_ab -DCMAKE_BUILD_TYPE=Release && cmake --build build/runtime_ab
 --target aotpack -j16`. The Python binding is this tree's for both (the libraries share the C API).
+scripts/gpu_runtime_check.sh does all of that on the GPU machine, with the GPU tests, in one command.
 """
 
 from __future__ import annotations
