@@ -54,6 +54,19 @@ def device_outputs(session, x: torch.Tensor) -> list[np.ndarray]:
     return [o.to_torch().cpu().numpy() for o in session.run([x])]
 
 
+def assert_each_run_reads_its_input(graphs, direct, inputs) -> None:
+    """Each input through the graphed session is the graph-off session's result bit for bit, and (the inputs
+    differing) consecutive results differ: no replay read an earlier run's input."""
+    results = []
+    for k, x in enumerate(inputs):
+        torch.cuda.synchronize()
+        got = device_outputs(graphs, x)
+        for a, b in zip(got, device_outputs(direct, x)):
+            np.testing.assert_array_equal(a, b, err_msg=f"input {k} at {x.data_ptr():#x}")
+        results.append(got[0])
+    assert all(not np.array_equal(results[i], results[i + 1]) for i in range(len(results) - 1))
+
+
 def test_replays_are_bit_identical_to_graph_off_runs_across_many_shapes(tokens, model):
     spec, result = tokens
     graphs = model.session(device="cuda", io="device")
@@ -100,15 +113,7 @@ def test_device_inputs_at_changing_addresses_are_read_each_run(model):
     for offset in (0, 2, 8, 2 * n):  # 16-byte aligned views (int64: 2 elements)
         big[offset : offset + n] = ids_of(n, seed=50 + offset).cuda()
         inputs.append(big[offset : offset + n])
-    results = []
-    for k, x in enumerate(inputs):
-        torch.cuda.synchronize()
-        got = device_outputs(graphs, x)
-        for a, b in zip(got, device_outputs(direct, x)):
-            np.testing.assert_array_equal(a, b, err_msg=f"input {k} at {x.data_ptr():#x}")
-        results.append(got[0])
-    # The inputs differ, so must the outputs: no replay of a stale input.
-    assert all(not np.array_equal(results[i], results[i + 1]) for i in range(len(results) - 1))
+    assert_each_run_reads_its_input(graphs, direct, inputs)
     del inputs[0]  # the recording run's input is freed; later replays must not read it
     torch.cuda.empty_cache()
     x = ids_of(n, seed=999).cuda()
@@ -125,16 +130,14 @@ def test_an_input_buffer_kept_from_run_to_run_is_read_in_place_each_run(model):
     direct = model.session(device="cuda", io="device", cuda_graphs=False)
     n = 24
     kept, other = torch.empty(n, dtype=torch.int64, device="cuda"), torch.empty(n, dtype=torch.int64, device="cuda")
-    results = []
-    for k in range(6):
-        x = kept if k % 3 else other  # other, kept, kept, other, ...: both kinds of graph, each replayed
-        x.copy_(ids_of(n, seed=100 + k))
-        torch.cuda.synchronize()
-        got = device_outputs(graphs, x)
-        for a, b in zip(got, device_outputs(direct, x)):
-            np.testing.assert_array_equal(a, b, err_msg=f"run {k}")
-        results.append(got[0])
-    assert all(not np.array_equal(results[i], results[i + 1]) for i in range(len(results) - 1))
+
+    def refilled():  # other, kept, kept, other, ...: both kinds of graph, each replayed
+        for k in range(6):
+            x = kept if k % 3 else other
+            x.copy_(ids_of(n, seed=100 + k))
+            yield x
+
+    assert_each_run_reads_its_input(graphs, direct, refilled())
 
 
 def test_checks_under_replay(model, rt):

@@ -412,9 +412,12 @@ Status CudaWorkspace::run_steps(const int64_t* symbols) {
 Status CudaWorkspace::replay_or_record(const int64_t* symbols) {
   const Driver& d = *device_->driver;
   ++graph_clock_;
-  const bool in_place = device_io_ && (find_graph(symbols, true) != nullptr || !has_graph(symbols));
-  if (device_io_ && !in_place) AOTPACK_RETURN_IF_ERROR(queue_device_input_copies(symbols));
-  Graph* g = find_graph(symbols, in_place);
+  Graph* g = device_io_ ? find_graph(symbols, true) : nullptr;
+  const bool in_place = g != nullptr || (device_io_ && !has_graph(symbols));
+  if (!in_place) {
+    if (device_io_) AOTPACK_RETURN_IF_ERROR(queue_device_input_copies(symbols));
+    g = find_graph(symbols, false);
+  }
   if (!g) {
     g = graph_to_replace();
     if (g->exec) {  // evicted: every earlier run waited for the stream, so it is not in flight
