@@ -187,8 +187,17 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_session_run": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t]),
         "aotpack_session_output": (_Status, [ctypes.c_void_p, ctypes.c_size_t, P(_Tensor)]),
     }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
+    # Newer than the calls above: a library from before them (AOTPACK_RUNTIME_LIB naming an older build, as
+    # scripts/runtime_ab.py does) still loads, and Session.enqueue says what it lacks.
+    optional = {
+        "aotpack_session_enqueue": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t, ctypes.c_void_p]),
+        "aotpack_session_synchronize": (_Status, [ctypes.c_void_p]),
+    }
+    for name, (restype, argtypes) in {**sigs, **optional}.items():
+        fn = getattr(lib, name, None)
+        if fn is None and name in optional:
+            continue
+        fn = getattr(lib, name)  # a required call the library lacks: AttributeError names it
         fn.restype = restype
         fn.argtypes = argtypes
 
@@ -562,7 +571,8 @@ class Session:
         _check(self._lib.aotpack_session_run(self._handle, tensors, len(ordered)))
         return self._host_outputs(copy)
 
-    def _run_device(self, ordered: list) -> list[DeviceTensor]:
+    def _run_device(self, ordered: list, stream: int | None = None) -> list[DeviceTensor]:
+        """A device-I/O run: on the session's own stream, waiting (stream None), or queued on `stream`."""
         if not self._run_lock.acquire(blocking=False):
             raise AotpackError(StatusCode.INVALID_ARGUMENT, _IN_USE)
         try:
@@ -570,11 +580,46 @@ class Session:
             args = self._device_args if len(ordered) == self._device_args.count else _DeviceArgs(len(ordered))
             for i, value in enumerate(ordered):
                 self._fill_device_tensor(i, value, args.tensors[i], args.shapes[i])
-            self._wait_for_torch()
-            _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
+            if stream is None:
+                self._wait_for_torch()
+                _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
+            else:
+                _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), stream))
             return self._device_outputs()
         finally:
             self._run_lock.release()
+
+    def enqueue(self, inputs: Sequence[Any] | Mapping[str, Any], stream: Any = None) -> list[DeviceTensor]:
+        """Queues a run on a CUDA stream and returns without waiting (aotpack_session_enqueue; device I/O only).
+        `stream`: a torch.cuda.Stream (or anything with `cuda_stream`), a CUstream handle as an int, or None for
+        torch's current stream on the session's device. The run starts after the work already queued on that
+        stream, so the inputs may still be being written there; the DeviceTensors it returns are written when the
+        stream reaches the run's end, and the next run overwrites them (read them on that stream first). A check
+        that fails in a kernel is raised by synchronize(), or by the next run()."""
+        if not self._handle.value:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
+        if not hasattr(self._lib, "aotpack_session_enqueue"):
+            raise AotpackError(StatusCode.UNSUPPORTED, "the loaded aotpack runtime library has no "
+                               "aotpack_session_enqueue: it is older than this Python package; install them together")
+        if self.io != "device":
+            # the runtime's own words (a host-I/O or CPU session), without touching torch
+            _check(self._lib.aotpack_session_enqueue(self._handle, None, 0, None))
+        if stream is None:
+            import torch  # a device-I/O session takes torch's CUDA tensors, so torch is there
+
+            stream = torch.cuda.current_stream(self._device_index)
+        handle = getattr(stream, "cuda_stream", stream)
+        if not isinstance(handle, int):
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, f"stream must be a CUDA stream (an object with "
+                               f"cuda_stream, or its handle as an int), not {type(stream).__name__}")
+        return self._run_device(self._ordered(inputs), handle)
+
+    def synchronize(self) -> None:
+        """Waits for the runs enqueue() queued and raises AotpackError for a check that failed in one of them."""
+        if not self._handle.value:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
+        if hasattr(self._lib, "aotpack_session_synchronize"):
+            _check(self._lib.aotpack_session_synchronize(self._handle))
 
     def _device_outputs(self) -> list[DeviceTensor]:
         outputs = []

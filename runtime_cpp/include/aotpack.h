@@ -270,9 +270,38 @@ AOTPACK_API aotpack_memory_t aotpack_session_io_memory(const aotpack_session_t* 
 AOTPACK_API aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_tensor_t* inputs,
                                                  size_t num_inputs);
 
+/* Stream-ordered runs (CUDA, device I/O), as a service that keeps its tensors and its own work on CUDA streams
+ * wants them: aotpack_session_enqueue checks the inputs, binds the symbols and checks their ranges and pointers
+ * like aotpack_session_run, then queues the run on `cuda_stream` (a CUstream of the session's device, in its
+ * primary context, as the CUDA runtime's and PyTorch's streams are; 0 is the legacy default stream) and returns
+ * without waiting. The run starts after the work queued on that stream before the call (so the inputs may still
+ * be being written there), and work queued there after the call starts after it: the outputs
+ * (aotpack_session_output) may be read on that stream from then on, or anywhere once the stream has reached that
+ * point. With graphs, the same graphs are replayed as by aotpack_session_run, launched on that stream.
+ *
+ * Runs may be queued one after another without waiting. They share the session's memory: each run overwrites
+ * the previous run's outputs, so read those on the same stream before the next run is queued; a run queued on
+ * another stream than the previous one waits for it on the device (not here). A check that fails in a kernel
+ * (an index out of range) cannot be known when enqueue returns: aotpack_session_synchronize waits for every run
+ * queued since the last such wait and returns the first failure among them. A queued run's failure is never
+ * lost: aotpack_session_run waits for the queued runs first and, if one of them failed, returns that failure
+ * without running. Destroying a session waits for its queued runs.
+ *
+ * INVALID_ARGUMENT for a host-I/O session (its outputs are copied to host memory, which needs a wait: use
+ * aotpack_session_run) and UNSUPPORTED on the CPU; a failure to queue (a bad stream) waits for whatever part of
+ * the run was queued before returning. */
+AOTPACK_API aotpack_status_t aotpack_session_enqueue(aotpack_session_t* session, const aotpack_tensor_t* inputs,
+                                                     size_t num_inputs, void* cuda_stream);
+
+/* Waits for the runs aotpack_session_enqueue queued since the last wait and returns the first check that failed
+ * in them (INVALID_ARGUMENT, naming the step, as aotpack_session_run would). OK at once when none is queued, and
+ * on the CPU. */
+AOTPACK_API aotpack_status_t aotpack_session_synchronize(aotpack_session_t* session);
+
 /* The index-th output of the last successful run, in the session's I/O memory (`data` is a CUdeviceptr for
  * AOTPACK_MEMORY_DEVICE on CUDA). Borrowed from the session: `shape` and `data` stay valid until the next run
- * or until the session is destroyed. */
+ * or until the session is destroyed. After aotpack_session_enqueue, the outputs are those of the queued run:
+ * written when the stream reaches the end of it. */
 AOTPACK_API aotpack_status_t aotpack_session_output(const aotpack_session_t* session, size_t index,
                                                     aotpack_tensor_t* out);
 

@@ -71,6 +71,21 @@ class Workspace {
 
   // Output `index`'s data, in io_memory(), sized for the declared maxima; valid until the next run.
   virtual void* output_data(size_t index) const = 0;
+
+  // A stream-ordered run (aotpack_session_enqueue), instead of the three calls above: the inputs bound and the
+  // steps queued on the caller's `stream`, after the work already there, returning without waiting. A kernel's
+  // failure is reported by synchronize, which waits for the runs queued so far (OK when there are none); a later
+  // bind_inputs waits for them too, and fails with a queued run's failure. Targets without streams have neither;
+  // queueable says why not (asked before the run's inputs are checked).
+  virtual Status queueable() const {
+    return unsupported("aotpack_session_enqueue queues a run on a CUDA stream, and this session runs on the CPU: "
+                       "call aotpack_session_run");
+  }
+  virtual Status enqueue(const void* const* inputs, const int64_t* symbols, void* stream) {
+    (void)inputs, (void)symbols, (void)stream;
+    return queueable();
+  }
+  virtual Status synchronize() { return Status(); }
 };
 
 // A package's kernels for one target. Immutable once loaded (device set-up is internally synchronised):

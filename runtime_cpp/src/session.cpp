@@ -168,15 +168,37 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   return run_impl(inputs, num_inputs);
 }
 
-Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs) {
+// What every run does before its workspace sees it: the inputs checked against the signature, the symbols
+// bound and their ranges checked, the buffers' sizes checked against the plan.
+Status aotpack_session::prepare_run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   have_outputs_ = false;
   AOTPACK_RETURN_IF_ERROR(check_inputs(inputs, num_inputs));
-  AOTPACK_RETURN_IF_ERROR(plan_buffers());
+  return plan_buffers();
+}
+
+Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs) {
+  AOTPACK_RETURN_IF_ERROR(prepare_run(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(workspace_->bind_inputs(input_data_.data(), symbols_.data()));
   AOTPACK_RETURN_IF_ERROR(workspace_->run_steps(symbols_.data()));
   AOTPACK_RETURN_IF_ERROR(workspace_->collect_outputs(symbols_.data()));
   have_outputs_ = true;
   return Status();
+}
+
+Status aotpack_session::enqueue(const aotpack_tensor_t* inputs, size_t num_inputs, void* stream) {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_enqueue");
+  AOTPACK_RETURN_IF_ERROR(workspace_->queueable());
+  AOTPACK_RETURN_IF_ERROR(prepare_run(inputs, num_inputs));
+  AOTPACK_RETURN_IF_ERROR(workspace_->enqueue(input_data_.data(), symbols_.data(), stream));
+  have_outputs_ = true;
+  return Status();
+}
+
+Status aotpack_session::synchronize() {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_synchronize");
+  return workspace_->synchronize();
 }
 
 Status aotpack_session::output(size_t index, aotpack_tensor_t* out) const {

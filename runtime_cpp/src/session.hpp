@@ -30,6 +30,9 @@ struct aotpack_session {
                                 std::unique_ptr<aotpack_session>* out);
 
   aotpack::Status run(const aotpack_tensor_t* inputs, size_t num_inputs);
+  // aotpack_session_enqueue and aotpack_session_synchronize (aotpack.h).
+  aotpack::Status enqueue(const aotpack_tensor_t* inputs, size_t num_inputs, void* stream);
+  aotpack::Status synchronize();
   aotpack::Status output(size_t index, aotpack_tensor_t* out) const;
   aotpack_memory_t io_memory() const { return workspace_->io_memory(); }
 
@@ -53,6 +56,7 @@ struct aotpack_session {
   static aotpack::Status in_use_error(const char* call);
 
   aotpack::Status run_impl(const aotpack_tensor_t* inputs, size_t num_inputs);
+  aotpack::Status prepare_run(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status check_inputs(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status plan_buffers();
   std::string symbol_values() const;  // "batch=3, seq=8", for messages

@@ -1131,3 +1131,173 @@ def test_a_split_launch_is_checked_at_load(runtime_build, split_package, tmp_pat
     result = run_tool(runtime_build, [str(bad), "--device", "cuda", "--repeat", "0"])
     assert result.returncode == 1, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# ---- runs queued on a caller's stream (aotpack_session_enqueue) ----------------------------------------------
+
+QUEUE = DEVICE_TENSOR + """
+cuda.fake_cuda_caller_stream.restype = ctypes.c_void_p
+streams = [cuda.fake_cuda_caller_stream(k) for k in range(2)]
+
+def mark(text):  # a line in the driver's trace between two calls of the test
+    cuda.cuInit(0)
+    print(text, flush=True)
+
+class Ids(Dev):
+    dtype = "int64"
+"""
+
+
+def between_marks(trace, stdout: str) -> dict[str, list[str]]:
+    """The trace's lines after each mark the test printed, up to the next (a mark is a traced cuInit(0))."""
+    marks = [line for line in stdout.splitlines() if line.startswith("MARK ")]
+    lines = trace.read_text().splitlines()
+    cuts = [i for i, line in enumerate(lines) if line == "cuInit(0)"][-len(marks):]
+    return {mark: lines[start + 1:end] for mark, start, end in zip(marks, cuts, cuts[1:] + [len(lines)])}
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_a_queued_run_goes_on_the_callers_stream_and_waits_only_when_asked(runtime_build, package, tmp_path, graphs):
+    """enqueue puts the run's work (its graph, or its launches) on the caller's stream and an event after it, and
+    returns without waiting; runs queued one after another on one stream need nothing between them, a run queued on
+    another stream waits for the previous one there (on the device), synchronize waits for the event, a synchronous
+    run waits for the queued runs before it starts, and destroying a session waits for its queued runs before it
+    frees their memory."""
+    path, steps = package
+    trace = tmp_path / "trace.txt"
+    result = run_python(
+        runtime_build,
+        QUEUE + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device", cuda_graphs={graphs})
+x = alloc(16 * 8 * 4)
+mark("MARK first")
+(out,) = session.enqueue([Dev(x, (3, 8))], streams[0])
+assert out.shape == (3, 4)
+mark("MARK same stream")
+session.enqueue([Dev(x, (3, 8))], streams[0])
+mark("MARK other stream")
+session.enqueue([Dev(x, (3, 8))], streams[1])
+mark("MARK synchronize")
+session.synchronize()
+mark("MARK synchronize again")
+session.synchronize()
+mark("MARK after a wait")
+session.enqueue([Dev(x, (3, 8))], streams[0])
+mark("MARK run")
+session.run([Dev(x, (3, 8))])
+mark("MARK queued before destroy")
+session.enqueue([Dev(x, (3, 8))], streams[1])
+mark("MARK destroy")
+session.close()
+""",
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    parts = between_marks(trace, result.stdout)
+    event = next(line.split(" = ")[1] for line in parts["MARK first"] if line.startswith("cuEventCreate(2) = "))
+
+    def work(lines: list[str], stream: int) -> list[str]:
+        """What went on caller stream `stream`, as calls."""
+        return [line.split("(")[0] for line in lines if line.endswith(f" on caller stream {stream}")]
+
+    run_work = ["cuGraphLaunch"] if graphs else ["cuLaunchKernel"] * steps
+    never = ("cuStreamSynchronize", "cuEventSynchronize")
+    assert work(parts["MARK first"], 0) == [*run_work, "cuEventRecord"], parts["MARK first"]
+    assert not any(line.startswith(never) for line in parts["MARK first"]), parts["MARK first"]
+    assert work(parts["MARK same stream"], 0) == [*run_work, "cuEventRecord"], parts["MARK same stream"]
+    assert not any(line.startswith(("cuStreamWaitEvent", *never)) for line in parts["MARK same stream"])
+    assert work(parts["MARK other stream"], 1) == ["cuStreamWaitEvent", *run_work, "cuEventRecord"]
+    assert f"cuStreamWaitEvent({event}, 0) on caller stream 1" in parts["MARK other stream"]
+    assert parts["MARK synchronize"] == ["cuCtxSetCurrent(primary)", f"cuEventSynchronize({event})"]
+    assert parts["MARK synchronize again"] == []
+    assert work(parts["MARK after a wait"], 0) == [*run_work, "cuEventRecord"], parts["MARK after a wait"]
+    run = parts["MARK run"]
+    assert run.index(f"cuEventSynchronize({event})") < min(i for i, line in enumerate(run) if "cuPointerGet" in line)
+    assert run[-1] == "cuStreamSynchronize" and not any("caller stream" in line for line in run), run
+    destroy = parts["MARK destroy"]
+    assert destroy[:3] == ["cuCtxSetCurrent(primary)", f"cuEventSynchronize({event})", f"cuEventDestroy({event})"]
+    assert any(line.startswith("cuMemFree(") for line in destroy[3:]), destroy
+
+
+def test_a_queued_runs_failed_check_is_reported_by_synchronize_or_the_next_run(runtime_build, lookup_package):
+    """A check that fails in a queued run's kernel is unknown when enqueue returns: synchronize raises it, and clears
+    it; a synchronous run after a queued run that failed raises that failure without running, and the run after it
+    succeeds."""
+    path, kernel, error, flag = lookup_package
+    result = run_python(
+        runtime_build,
+        QUEUE + f"""
+session = rt.Model({str(path)!r}).session(device="cuda", io="device", cuda_graphs=False)
+ids = alloc(16 * 8)
+session.enqueue([Ids(ids, (3,))], streams[0])  # its first launch sets the flag (FAKE_CUDA_SET_FLAG)
+print("queued")
+for call in (session.synchronize, session.synchronize):
+    try:
+        call()
+        print("ok")
+    except rt.AotpackError as e:
+        print(e.code.name, e)
+session.enqueue([Ids(ids, (3,))], streams[0])  # its first launch sets the flag again (the third launch)
+for _ in range(2):
+    try:
+        (out,) = session.run([Ids(ids, (3,))])
+        print("ran", out.shape)
+    except rt.AotpackError as e:
+        print(e.code.name, e)
+""",
+        FAKE_CUDA_SET_FLAG=f"1:{flag}:1,3:{flag}:1",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    failure = f"cuda step 0 (kernel {kernel}) failed: {error}"
+    assert lines[0] == "queued", lines
+    assert lines[1] == f"INVALID_ARGUMENT {failure}", lines
+    assert lines[2] == "ok", lines
+    assert lines[3].startswith("INVALID_ARGUMENT a run queued by aotpack_session_enqueue before this one failed, and "
+                               "this one did not start") and lines[3].endswith(failure), lines
+    assert lines[4] == "ran (3, 4)", lines
+
+
+def test_what_cannot_be_queued_is_refused_in_words(runtime_build, package, tmp_path):
+    """enqueue on a host-I/O session, on a CPU session, with something that is not a stream, or with an input out of
+    its range is refused before anything is queued; a launch the driver refuses midway fails the call, which waits for
+    what it queued, and the session queues the next run."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        QUEUE + f"""
+model = rt.Model({str(path)!r})
+x = alloc(16 * 8 * 4)
+device = model.session(device="cuda", io="device", cuda_graphs=False)
+for session, inputs, stream in ((model.session(device="cuda"), [Dev(x, (3, 8))], streams[0]),
+                                (model.session(), [Dev(x, (3, 8))], streams[0]),
+                                (device, [Dev(x, (3, 8))], "stream 0"),
+                                (device, [Dev(x, (17, 8))], streams[0]),
+                                (device, [Dev(x, (3, 8))], streams[0])):  # FAKE_CUDA_FAIL_LAUNCH
+    try:
+        session.enqueue(inputs, streams[0] if stream is None else stream)
+        print("queued")
+    except rt.AotpackError as e:
+        print(e.code.name, e)
+(out,) = device.enqueue([Dev(x, (3, 8))], streams[0])
+device.synchronize()
+print("then", out.shape)
+""",
+        FAKE_CUDA_FAIL_LAUNCH="1",
+        FAKE_CUDA_TRACE=str(tmp_path / "trace.txt"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("INVALID_ARGUMENT aotpack_session_enqueue needs a session with device I/O (io_memory "
+                               "AOTPACK_MEMORY_DEVICE)"), lines
+    assert lines[1].startswith("UNSUPPORTED aotpack_session_enqueue queues a run on a CUDA stream, and this session "
+                               "runs on the CPU: call aotpack_session_run"), lines
+    assert lines[2] == ("INVALID_ARGUMENT stream must be a CUDA stream (an object with cuda_stream, or its handle as "
+                        "an int), not str"), lines
+    assert lines[3].startswith('OUT_OF_RANGE input "x" dim 0 (n) = 17 is outside the declared range 1..16'), lines
+    assert lines[4].split(" ", 1)[1].startswith("launching cuda step 0 (kernel "), lines
+    assert "CUDA_ERROR_FAKE (700" in lines[4], lines
+    assert lines[5] == "then (3, 4)", lines
+    trace = (tmp_path / "trace.txt").read_text().splitlines()
+    refused = next(i for i, line in enumerate(trace) if line.startswith("cuLaunchKernel("))
+    assert trace[refused + 1] == "cuStreamSynchronize on caller stream 0", trace[refused:]

@@ -11,7 +11,12 @@
  * cuStreamSynchronize fail with CUDA_ERROR_ILLEGAL_ADDRESS (700), for the runtime's failure paths;
  * FAKE_CUDA_FAIL_CAPTURE=<n> makes the n-th cuStreamBeginCapture fail with CUDA_ERROR_NOT_SUPPORTED (801).
  * FAKE_CUDA_SET_FLAG=<n>:<i>:<v> makes the n-th launch that runs (not one captured into a graph) write the int32 v
- * where its parameter i points, as a kernel's failed check writes its error flag.
+ * where its parameter i points, as a kernel's failed check writes its error flag; several, comma-separated, set
+ * several.
+ *
+ * A test that plays a caller with CUDA streams of its own (aotpack_session_enqueue) takes them from
+ * fake_cuda_caller_stream(k), k < 8: calls queued on one of those are traced with " on caller stream k" at the
+ * end; the runtime's own streams (cuStreamCreate) and the legacy default stream (0) are not named.
  *
  * Page-locked host memory (cuMemHostAlloc) is host memory too, written h<k>+<offset> in the trace. CUDA graphs are
  * recorded and replayed for real: between cuStreamBeginCapture and cuStreamEndCapture the stream's copies,
@@ -45,6 +50,7 @@ static int g_trace_opened;
 static char g_context; /* its address is the primary context */
 static char g_module;  /* its address is every module */
 static char g_stream;  /* its address is every stream */
+static char g_caller_streams[8];
 static struct {
   void* base;
   size_t size;
@@ -132,6 +138,18 @@ static int record(int kind, void* dst, const void* src, size_t bytes, unsigned c
   return 1;
 }
 static const char* capture_prefix(void) { return g_capturing ? "capture: " : ""; }
+
+void* fake_cuda_caller_stream(int k) { return k >= 0 && k < 8 ? &g_caller_streams[k] : NULL; }
+
+/* " on caller stream k" for a stream of fake_cuda_caller_stream's, else "". */
+static const char* stream_note(const void* stream) {
+  static char notes[8][24];
+  const char* p = (const char*)stream;
+  if (p < g_caller_streams || p >= g_caller_streams + 8) return "";
+  int k = (int)(p - g_caller_streams);
+  snprintf(notes[k], sizeof(notes[k]), " on caller stream %d", k);
+  return notes[k];
+}
 
 CUresult cuInit(unsigned int flags) {
   trace("cuInit(%u)", flags);
@@ -268,10 +286,9 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, void* st
   return 0;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void* stream) {
-  (void)stream;
   char a[64], b[64];
-  trace("%scuMemcpyDtoDAsync(%s, %s, %zu)", capture_prefix(), name_of(dst, a, sizeof(a)), name_of(src, b, sizeof(b)),
-        bytes);
+  trace("%scuMemcpyDtoDAsync(%s, %s, %zu)%s", capture_prefix(), name_of(dst, a, sizeof(a)), name_of(src, b, sizeof(b)),
+        bytes, stream_note(stream));
   if (!record(0, (void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes, 0))
     memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
   return 0;
@@ -295,8 +312,7 @@ CUresult cuStreamDestroy_v2(void* stream) {
 }
 CUresult cuStreamSynchronize(void* stream) {
   static int count;
-  (void)stream;
-  trace("cuStreamSynchronize");
+  trace("cuStreamSynchronize%s", stream_note(stream));
   if (g_capturing) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
   return fails_now("FAKE_CUDA_FAIL_SYNC", &count) ? 700 : 0;
 }
@@ -336,7 +352,7 @@ CUresult cuPointerGetAttributes(unsigned int n, int* attributes, void** data, CU
  * step has; with FAKE_CUDA_TRACE_PARAM=<i>, the i-th parameter (from 0) too, read as a device pointer: the
  * hidden global scratch pointer, say); the kernel does nothing. */
 static CUresult launch(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                       unsigned int bz, unsigned int shared, void** params, const char* how) {
+                       unsigned int bz, unsigned int shared, void** params, const char* how, const void* stream) {
   char first[64];
   char extra[96] = "";
   if (params) name_of(*(CUdeviceptr*)params[0], first, sizeof(first));
@@ -348,25 +364,30 @@ static CUresult launch(void* f, unsigned int gx, unsigned int gy, unsigned int g
     snprintf(extra, sizeof(extra), ", parameter %d %s", i, value);
   }
   static int count;
-  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s%s)%s", capture_prefix(),
-        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none", extra, how);
+  trace("%scuLaunchKernel(%s, grid %u %u %u, block %u %u %u, shared %u, first parameter %s%s)%s%s", capture_prefix(),
+        (const char*)f, gx, gy, gz, bx, by, bz, shared, params ? first : "none", extra, how, stream_note(stream));
   if (fails_now("FAKE_CUDA_FAIL_LAUNCH", &count)) {
     if (g_capturing) g_capture_failed = 1;
     return 700;
   }
   static int runs;
   const char* set_flag = getenv("FAKE_CUDA_SET_FLAG");
-  int at = 0, index = 0, value = 0;
-  if (params && set_flag && !g_capturing && sscanf(set_flag, "%d:%d:%d", &at, &index, &value) == 3 && ++runs == at)
-    *(int32_t*)(uintptr_t) * (CUdeviceptr*)params[index] = value;
+  if (params && set_flag && !g_capturing) {
+    ++runs;
+    int at = 0, index = 0, value = 0, used = 0;
+    for (const char* p = set_flag; sscanf(p, "%d:%d:%d%n", &at, &index, &value, &used) == 3; p += used) {
+      if (at == runs) *(int32_t*)(uintptr_t) * (CUdeviceptr*)params[index] = value;
+      if (p[used] != ',') break;
+      ++used;
+    }
+  }
   record(2, NULL, NULL, 0, 0);
   return 0;
 }
 CUresult cuLaunchKernel(void* f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                         unsigned int bz, unsigned int shared, void* stream, void** params, void** extra) {
-  (void)stream;
   (void)extra;
-  return launch(f, gx, gy, gz, bx, by, bz, shared, params, "");
+  return launch(f, gx, gy, gz, bx, by, bz, shared, params, "", stream);
 }
 
 /* cuda.h's CUlaunchConfig and CUlaunchAttribute (CUDA 12.0+). A launch through cuLaunchKernelEx is traced as
@@ -393,7 +414,7 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* c, void* f, void** params, voi
     if (c->attrs[i].id == 6) programmatic = c->attrs[i].value.value != 0;
     else return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute this fake does not know */
   }
-  return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, params, programmatic ? " programmatic" : "");
+  return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, params, programmatic ? " programmatic" : "", c->stream);
 }
 
 CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {
@@ -435,34 +456,40 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned int flag
 }
 
 /* Copies run when they are queued, so an event is complete once recorded. */
-static char g_events[2]; /* their addresses are the events (e0, e1); more are refused */
-static int g_events_in_use;
+enum { kMaxEvents = 64 };
+static char g_events[kMaxEvents]; /* their addresses are the events (ev0, ev1, ...) */
+static char g_event_in_use[kMaxEvents];
+static int event_number(const void* event) {
+  int k = (int)((const char*)event - g_events);
+  return k >= 0 && k < kMaxEvents && g_event_in_use[k] ? k : -1;
+}
 CUresult cuEventCreate(void** event, unsigned int flags) {
-  int k = -1;
-  for (int i = 0; i < 2 && k < 0; ++i) {
-    if (!(g_events_in_use & (1 << i))) k = i;
-  }
-  if (k < 0) return 2; /* CUDA_ERROR_OUT_OF_MEMORY: the runtime needs two at a time at most */
-  g_events_in_use |= 1 << k;
+  int k = 0;
+  while (k < kMaxEvents && g_event_in_use[k]) ++k;
+  if (k == kMaxEvents) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  g_event_in_use[k] = 1;
   *event = &g_events[k];
-  trace("cuEventCreate(%u) = e%d", flags, k);
+  trace("cuEventCreate(%u) = ev%d", flags, k);
   return 0;
 }
 CUresult cuEventRecord(void* event, void* stream) {
-  (void)stream;
-  trace("cuEventRecord(e%d)", (int)((char*)event - g_events));
-  return 0;
+  trace("cuEventRecord(ev%d)%s", event_number(event), stream_note(stream));
+  return event_number(event) < 0 ? 400 : 0; /* CUDA_ERROR_INVALID_HANDLE */
 }
 CUresult cuEventSynchronize(void* event) {
-  trace("cuEventSynchronize(e%d)", (int)((char*)event - g_events));
-  return 0;
+  trace("cuEventSynchronize(ev%d)", event_number(event));
+  return event_number(event) < 0 ? 400 : 0;
 }
 CUresult cuEventDestroy_v2(void* event) {
-  int k = (int)((char*)event - g_events);
-  trace("cuEventDestroy(e%d)", k);
-  if (k < 0 || k > 1 || !(g_events_in_use & (1 << k))) return 400; /* CUDA_ERROR_INVALID_HANDLE */
-  g_events_in_use &= ~(1 << k);
+  int k = event_number(event);
+  trace("cuEventDestroy(ev%d)", k);
+  if (k < 0) return 400;
+  g_event_in_use[k] = 0;
   return 0;
+}
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
+  trace("cuStreamWaitEvent(ev%d, %u)%s", event_number(event), flags, stream_note(stream));
+  return event_number(event) < 0 ? 400 : 0;
 }
 
 CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
@@ -528,9 +555,8 @@ CUresult cuGraphExecDestroy(void* exec) {
   return 0;
 }
 CUresult cuGraphLaunch(void* exec, void* stream) {
-  (void)stream;
   Graph* e = (Graph*)exec;
-  trace("cuGraphLaunch(e%d, %d nodes)", e->id, e->num_nodes);
+  trace("cuGraphLaunch(e%d, %d nodes)%s", e->id, e->num_nodes, stream_note(stream));
   for (int i = 0; i < e->num_nodes; ++i) {
     Node* n = &e->nodes[i];
     if (n->kind == 0) memmove(n->dst, n->src, n->bytes);

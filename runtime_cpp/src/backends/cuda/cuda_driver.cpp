@@ -57,6 +57,7 @@ Status load(Driver* d) {
   AOTPACK_RESOLVE(cuEventRecord, "cuEventRecord")
   AOTPACK_RESOLVE(cuEventSynchronize, "cuEventSynchronize")
   AOTPACK_RESOLVE(cuEventDestroy, "cuEventDestroy_v2")
+  AOTPACK_RESOLVE(cuStreamWaitEvent, "cuStreamWaitEvent")
 #undef AOTPACK_RESOLVE
   // Optional: without them a session launches its steps directly (no graph replay).
   resolve_symbol(handle, "cuStreamBeginCapture_v2", &d->cuStreamBeginCapture);

@@ -117,11 +117,14 @@ struct Driver {
   CUresult (*cuMemFreeHost)(void*);
   // The device's address of page-locked memory allocated with CU_MEMHOSTALLOC_DEVICEMAP (the error flags).
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
-  // Events: the weight upload waits on one per staging buffer before refilling it.
+  // Events: the weight upload waits on one per staging buffer before refilling it; a session marks the end of
+  // the runs it queues on callers' streams with one (aotpack_session_enqueue), which a run queued on another
+  // stream waits for on the device.
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
   // CUDA graphs: optional (null where the driver lacks one); has_graphs() says whether all are there, and
   // sessions launch directly otherwise. One of the two instantiate forms suffices.
   CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;                 // cuStreamBeginCapture_v2

@@ -25,7 +25,11 @@ CudaWorkspace::~CudaWorkspace() {
   if (!device_) return;
   const Driver& d = *device_->driver;
   d.cuCtxSetCurrent(device_->context);
-  // Every run waited for the stream, so no graph is in flight.
+  // Runs queued on callers' streams may still be running: the memory below is theirs until they end.
+  if (queued_) d.cuEventSynchronize(queued_done_);
+  if (queued_done_) d.cuEventDestroy(queued_done_);
+  // A synchronous run waited for the stream, or left the next call to (settle_unfinished_run): wait here.
+  if (run_unfinished_) d.cuStreamSynchronize(stream_);
   for (Graph& g : graph_cache_) {
     if (g.exec) d.cuGraphExecDestroy(g.exec);
   }
@@ -304,6 +308,7 @@ Status CudaWorkspace::bind_inputs(const void* const* inputs, const int64_t* symb
   const Driver& d = *dev.driver;
   AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
   AOTPACK_RETURN_IF_ERROR(settle_unfinished_run());
+  AOTPACK_RETURN_IF_ERROR(settle_queued_runs());
   run_unfinished_ = true;  // until finish() has waited for it
   if (device_io_) return bind_device_inputs(inputs, symbols);
   AOTPACK_RETURN_IF_ERROR(grow_host_staging(symbols));
@@ -369,14 +374,14 @@ void CudaWorkspace::point_input_slots_at(bool caller_inputs) {
 }
 
 // This run's device inputs into the session's input buffers, for a graph that reads those.
-Status CudaWorkspace::queue_device_input_copies(const int64_t* symbols) {
+Status CudaWorkspace::queue_device_input_copies(const int64_t* symbols, CUstream stream) {
   const Driver& d = *device_->driver;
   for (size_t i = 0; i < program_->inputs.size(); ++i) {
     const size_t b = program_->inputs[i].buffer;
     uint64_t bytes = 0;
     AOTPACK_RETURN_IF_ERROR(bytes_of(program_->buffers[b], symbols, &bytes));
     if (bytes == 0) continue;
-    CUresult r = d.cuMemcpyDtoDAsync(buffer_ptrs_[b], run_inputs_[i], bytes, stream_);
+    CUresult r = d.cuMemcpyDtoDAsync(buffer_ptrs_[b], run_inputs_[i], bytes, stream);
     if (r != CUDA_SUCCESS)
       return check(d, r, str_cat("copying input ", quoted(program_->inputs[i].name), " into the session's buffer on ",
                                  device_->label).c_str());
@@ -404,23 +409,24 @@ Status CudaWorkspace::check_device_input(size_t i, CUdeviceptr p, uint64_t bytes
 }
 
 Status CudaWorkspace::run_steps(const int64_t* symbols) {
-  return graphs_ ? replay_or_record(symbols) : queue_steps(symbols);
+  return graphs_ ? replay_or_record(symbols, stream_) : queue_steps(symbols, stream_);
 }
 
 // Replays the graph of this shape (and, with device I/O, of this run's input pointers, or of the session's input
-// buffers: see Graph), recording it first if the cache has none.
-Status CudaWorkspace::replay_or_record(const int64_t* symbols) {
+// buffers: see Graph) on `stream`, recording it first if the cache has none (on the session's own stream, which
+// only records while it captures: the graph runs where it is launched).
+Status CudaWorkspace::replay_or_record(const int64_t* symbols, CUstream stream) {
   const Driver& d = *device_->driver;
   ++graph_clock_;
   Graph* g = device_io_ ? find_graph(symbols, true) : nullptr;
   const bool in_place = g != nullptr || (device_io_ && !has_graph(symbols));
   if (!in_place) {
-    if (device_io_) AOTPACK_RETURN_IF_ERROR(queue_device_input_copies(symbols));
+    if (device_io_) AOTPACK_RETURN_IF_ERROR(queue_device_input_copies(symbols, stream));
     g = find_graph(symbols, false);
   }
   if (!g) {
     g = graph_to_replace();
-    if (g->exec) {  // evicted: every earlier run waited for the stream, so it is not in flight
+    if (g->exec) {  // evicted; if a queued run still replays it, the driver frees it when that ends
       CUresult r = d.cuGraphExecDestroy(g->exec);
       g->exec = nullptr;
       g->last_used = 0;
@@ -436,7 +442,7 @@ Status CudaWorkspace::replay_or_record(const int64_t* symbols) {
       report_timing("cuda graphs off for this session, capture refused", 0, st.message());
       if (device_io_) point_input_slots_at(true);
       else AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
-      return queue_steps(symbols);
+      return queue_steps(symbols, stream);
     }
     AOTPACK_RETURN_IF_ERROR(st);
     std::copy(symbols, symbols + g->symbols.size(), g->symbols.begin());
@@ -444,7 +450,7 @@ Status CudaWorkspace::replay_or_record(const int64_t* symbols) {
     if (in_place) std::copy(run_inputs_.begin(), run_inputs_.end(), g->inputs.begin());
   }
   g->last_used = graph_clock_;
-  CUresult r = d.cuGraphLaunch(g->exec, stream_);
+  CUresult r = d.cuGraphLaunch(g->exec, stream);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("cuGraphLaunch (replaying the run on ", device_->label, ")").c_str());
   return Status();
 }
@@ -479,7 +485,7 @@ CudaWorkspace::Graph* CudaWorkspace::graph_to_replace() {
 
 Status CudaWorkspace::queue_run(const int64_t* symbols) {
   if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_input_copies(symbols));
-  AOTPACK_RETURN_IF_ERROR(queue_steps(symbols));
+  AOTPACK_RETURN_IF_ERROR(queue_steps(symbols, stream_));
   if (!device_io_) AOTPACK_RETURN_IF_ERROR(queue_output_copies(symbols));
   return Status();
 }
@@ -520,7 +526,7 @@ Status CudaWorkspace::capture(const int64_t* symbols, CUgraphExec* out, bool* un
                              ")").c_str());
 }
 
-Status CudaWorkspace::queue_steps(const int64_t* symbols) {
+Status CudaWorkspace::queue_steps(const int64_t* symbols, CUstream stream) {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
   const CudaPlan& plan = executable_->plan();
@@ -566,10 +572,10 @@ Status CudaWorkspace::queue_steps(const int64_t* symbols) {
       CUlaunchAttribute attr{};
       attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attr.value.programmatic_stream_serialization_allowed = 1;
-      CUlaunchConfig config{gx, gy, gz, f.threads, 1, 1, f.shared, stream_, &attr, 1};
+      CUlaunchConfig config{gx, gy, gz, f.threads, 1, 1, f.shared, stream, &attr, 1};
       r = d.cuLaunchKernelEx(&config, f.fn, params, nullptr);
     } else {
-      r = d.cuLaunchKernel(f.fn, gx, gy, gz, f.threads, 1, 1, f.shared, stream_, params, nullptr);
+      r = d.cuLaunchKernel(f.fn, gx, gy, gz, f.threads, 1, 1, f.shared, stream, params, nullptr);
     }
     if (r != CUDA_SUCCESS) return check(d, r, str_cat("launching cuda step ", i, " (kernel ", k.name, ")").c_str());
   }
@@ -590,6 +596,72 @@ Status CudaWorkspace::queue_output_copies(const int64_t* symbols) {
   return Status();
 }
 
+// Before a synchronous run: the queued runs waited for (they share the session's memory), and a check that
+// failed in one of them returned rather than lost; this run then does not start.
+Status CudaWorkspace::settle_queued_runs() {
+  if (!queued_) return Status();
+  Status st = wait_for_queued_runs();
+  if (st.ok()) return st;
+  return st.prefixed("a run queued by aotpack_session_enqueue before this one failed, and this one did not start "
+                     "(aotpack_session_synchronize reports a queued run's failure)");
+}
+
+Status CudaWorkspace::queueable() const {
+  if (device_io_) return Status();
+  return invalid_argument("aotpack_session_enqueue needs a session with device I/O (io_memory AOTPACK_MEMORY_DEVICE); "
+                          "this one's outputs are copied to host memory, which only a call that waits can give back: "
+                          "use aotpack_session_run, or create the session with device I/O");
+}
+
+Status CudaWorkspace::enqueue(const void* const* inputs, const int64_t* symbols, void* caller_stream) {
+  AOTPACK_RETURN_IF_ERROR(queueable());
+  const CudaDevice& dev = *device_;
+  const Driver& d = *dev.driver;
+  const CUstream stream = static_cast<CUstream>(caller_stream);
+  AOTPACK_CUDA_CHECK(d, cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
+  AOTPACK_RETURN_IF_ERROR(settle_unfinished_run());
+  if (!queued_done_)
+    AOTPACK_CUDA_CHECK(d, cuEventCreate(&queued_done_, CU_EVENT_DISABLE_TIMING), "cuEventCreate (a queued run's end)");
+  AOTPACK_RETURN_IF_ERROR(bind_device_inputs(inputs, symbols));  // checks every pointer; queues nothing
+  // The previous queued run writes the same arena and outputs: on another stream, this one waits for it there.
+  if (queued_ && stream != queued_stream_)
+    AOTPACK_CUDA_CHECK(d, cuStreamWaitEvent(stream, queued_done_, 0),
+                       "cuStreamWaitEvent (ordering this run after the session's previous one, queued on another "
+                       "stream)");
+  Status st = graphs_ ? replay_or_record(symbols, stream) : queue_steps(symbols, stream);
+  if (st.ok()) {
+    CUresult r = d.cuEventRecord(queued_done_, stream);
+    if (r == CUDA_SUCCESS) {
+      queued_ = true;
+      queued_stream_ = stream;
+      return Status();
+    }
+    st = check(d, r, "cuEventRecord (marking the end of the queued run)");
+  }
+  // Part of the run may be queued, with nothing to wait for it by: wait for the stream now, so that no run is in
+  // flight when this returns. Its flags, and the earlier queued runs', are still reported by synchronize.
+  d.cuStreamSynchronize(stream);
+  queued_ = true;
+  queued_stream_ = nullptr;  // the event marks an earlier point (or none): nothing in flight is after it
+  return st;
+}
+
+Status CudaWorkspace::synchronize() {
+  if (!queued_) return Status();
+  AOTPACK_CUDA_CHECK(*device_->driver, cuCtxSetCurrent(device_->context), "cuCtxSetCurrent");
+  return wait_for_queued_runs();
+}
+
+// The queued runs' end waited for here, and their flags read (the device's context is current).
+Status CudaWorkspace::wait_for_queued_runs() {
+  const CudaDevice& dev = *device_;
+  const Driver& d = *dev.driver;
+  CUresult r = d.cuEventSynchronize(queued_done_);
+  if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model's queued runs on ", dev.label).c_str());
+  queued_ = false;
+  return report_failed_check();
+}
+
 // A run that failed after queuing work and before finish() may have left copies and kernels on the stream that
 // still read the staging memory or write the flags: the next run waits for them, and clears the flags, before
 // it writes or queues anything.
@@ -606,10 +678,16 @@ Status CudaWorkspace::settle_unfinished_run() {
 Status CudaWorkspace::finish() {
   const CudaDevice& dev = *device_;
   const Driver& d = *dev.driver;
-  const CudaPlan& plan = executable_->plan();
   CUresult r = d.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) return check(d, r, str_cat("running the model on ", dev.label).c_str());
   run_unfinished_ = false;
+  return report_failed_check();
+}
+
+// The first step whose check failed since the flags were last read, clearing them for the next run; OK when none.
+// The runs that could set them must have ended.
+Status CudaWorkspace::report_failed_check() {
+  const CudaPlan& plan = executable_->plan();
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     int32_t v = host_flags_[i];
     if (v == 0) continue;

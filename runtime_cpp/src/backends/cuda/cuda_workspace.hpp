@@ -12,11 +12,16 @@
 // captures everything the run queues on the stream after its inputs are in place (host-I/O input copies from
 // the staging memory, clearing the error flags, every launch, reading the flags back, host-I/O output copies)
 // into a graph; later runs at that shape replay it with one cuGraphLaunch. A graph bakes in every pointer, and
-// the arena and outputs are fixed per session, so only the inputs could move: a device-I/O input is copied
-// (cuMemcpyDtoDAsync, before the graph launch) into a session-owned buffer that the graph reads, and a host
-// input into its page-locked staging buffer. The copy costs one driver call per input and the bytes at device
-// bandwidth (token ids and masks: microseconds); updating the graph's kernel nodes instead would cost a call
-// per node that reads an input and the node handles kept per graph, and a stale pointer if one were missed.
+// the arena and outputs are fixed per session, so only the inputs could move: a host input is copied into its
+// page-locked staging buffer, and a device-I/O run either replays the graph that reads its very pointers in
+// place or copies its inputs (cuMemcpyDtoDAsync, before the graph launch) into session-owned buffers that a
+// second graph reads (see Graph). The copy costs one driver call per input and the bytes at device bandwidth
+// (token ids and masks: microseconds); updating the graph's kernel nodes instead would cost a call per node that
+// reads an input and the node handles kept per graph, and a stale pointer if one were missed.
+//
+// A device-I/O run may also be queued on a caller's stream (enqueue): the same graphs (captured on the session's
+// own stream, which only records) or launches go on that stream, followed by an event; nothing waits until
+// synchronize or the next synchronous run, which read the error flags the queued runs may have set.
 #ifndef AOTPACK_SRC_BACKENDS_CUDA_CUDA_WORKSPACE_HPP_
 #define AOTPACK_SRC_BACKENDS_CUDA_CUDA_WORKSPACE_HPP_
 
@@ -61,6 +66,12 @@ class CudaWorkspace final : public Workspace {
   Status collect_outputs(const int64_t* symbols) override;
   // A CUdeviceptr with device I/O, else host memory.
   void* output_data(size_t index) const override;
+  // Device I/O only: the run's graph (or launches) on the caller's stream, after a device-side wait for the
+  // previous queued run where that went on another stream, then an event that marks the run's end.
+  Status queueable() const override;
+  Status enqueue(const void* const* inputs, const int64_t* symbols, void* stream) override;
+  // Waits for that event and reports the first step whose check failed in the queued runs.
+  Status synchronize() override;
 
  private:
   CudaWorkspace() = default;
@@ -97,12 +108,12 @@ class CudaWorkspace final : public Workspace {
   Status stage_host_inputs(const void* const* host_inputs, const int64_t* symbols);
   Status bind_device_inputs(const void* const* inputs, const int64_t* symbols);
   void point_input_slots_at(bool caller_inputs);
-  Status queue_device_input_copies(const int64_t* symbols);
-  Status replay_or_record(const int64_t* symbols);
+  Status queue_device_input_copies(const int64_t* symbols, cuda::CUstream stream);
+  Status replay_or_record(const int64_t* symbols, cuda::CUstream stream);
   Status check_device_input(size_t i, cuda::CUdeviceptr p, uint64_t bytes) const;
   // What a run queues on the stream; with graphs, captured once per shape.
   Status queue_input_copies(const int64_t* symbols);
-  Status queue_steps(const int64_t* symbols);
+  Status queue_steps(const int64_t* symbols, cuda::CUstream stream);
   Status queue_output_copies(const int64_t* symbols);
   Status queue_run(const int64_t* symbols);
   Status capture(const int64_t* symbols, cuda::CUgraphExec* out, bool* unsupported);
@@ -110,7 +121,10 @@ class CudaWorkspace final : public Workspace {
   bool has_graph(const int64_t* symbols) const;
   Graph* graph_to_replace();
   Status settle_unfinished_run();
+  Status settle_queued_runs();
+  Status wait_for_queued_runs();
   Status finish();
+  Status report_failed_check();
 
   const CudaExecutable* executable_ = nullptr;
   const Program* program_ = nullptr;
@@ -138,6 +152,11 @@ class CudaWorkspace final : public Workspace {
   int32_t* host_flags_ = nullptr;
   size_t num_flags_ = 0;
   bool run_unfinished_ = false;
+  // Runs queued by enqueue on callers' streams and not waited for yet: queued_done_ (made by the first enqueue)
+  // is recorded on queued_stream_ after the last of them. Their kernels may set flags that nobody has read.
+  cuda::CUevent queued_done_ = nullptr;
+  cuda::CUstream queued_stream_ = nullptr;
+  bool queued_ = false;
   // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
