@@ -383,19 +383,30 @@ class DeviceTensor:
     dtype: Any  # a numpy dtype, or the string "bfloat16"
     device: int  # the CUDA device ordinal
     owner: Any = field(default=None, repr=False, compare=False)  # the Session whose memory `data` is
+    # The CUstream handle of the stream whose work writes `data` (Session.enqueue), or None: complete already.
+    stream: int | None = None
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         typestr = np.dtype(np.uint16).str if isinstance(self.dtype, str) else self.dtype.str
-        # The data is complete when run() returns, so consumers need not wait on a stream.
+        # A run()'s outputs are complete when it returns, so consumers need not wait on a stream; an enqueue()'s
+        # on its stream (the interface writes the legacy default stream, handle 0, as 1).
+        stream = None if self.stream is None else (self.stream or 1)
         return {"shape": self.shape, "typestr": typestr, "data": (self.data, False), "version": 3, "strides": None,
-                "stream": None}
+                "stream": stream}
 
     def to_torch(self) -> Any:
         """A torch tensor on the same device holding a copy, which outlives the next run. The copy is made on
-        torch's current stream, which Session.run() waits for before it overwrites the outputs."""
+        torch's current stream, which Session.run() waits for before it overwrites the outputs, after the stream
+        of an enqueue()'s run (on the device: this does not wait)."""
         import torch
 
+        if self.stream is not None:
+            current = torch.cuda.current_stream(self.device)
+            if current.cuda_stream != self.stream:
+                writer = (torch.cuda.ExternalStream(self.stream, device=f"cuda:{self.device}") if self.stream
+                          else torch.cuda.default_stream(self.device))
+                current.wait_stream(writer)
         copy = torch.as_tensor(self, device=f"cuda:{self.device}").clone()
         return copy.view(torch.bfloat16) if isinstance(self.dtype, str) else copy
 
@@ -585,7 +596,7 @@ class Session:
                 _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
             else:
                 _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), stream))
-            return self._device_outputs()
+            return self._device_outputs(stream)
         finally:
             self._run_lock.release()
 
@@ -621,13 +632,13 @@ class Session:
         if hasattr(self._lib, "aotpack_session_synchronize"):
             _check(self._lib.aotpack_session_synchronize(self._handle))
 
-    def _device_outputs(self) -> list[DeviceTensor]:
+    def _device_outputs(self, stream: int | None = None) -> list[DeviceTensor]:
         outputs = []
         t = self._output
         for i, info in enumerate(self._model.outputs):
             _check(self._lib.aotpack_session_output(self._handle, i, ctypes.byref(t)))
             outputs.append(DeviceTensor(info.name, t.data or 0, tuple(t.shape[: t.rank]), _DTYPES[t.dtype],
-                                        self._device_index, self))
+                                        self._device_index, self, stream))
         return outputs
 
     def _host_outputs(self, copy: bool = True) -> list[np.ndarray]:

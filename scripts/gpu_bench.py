@@ -318,21 +318,26 @@ def cold_start_fresh_process(package: Path, batch: int, repeat: int = 3) -> dict
             "parts": parse_timings(last.stderr), "stdout": last.stdout.strip().splitlines()[-1]}
 
 
-def cpp_replay_ms(package: Path, names: list[str], inputs: list, repeat: int) -> float | str:
-    """The median replay of `aotpack-run --io device` on the same inputs: the C++ runtime alone in a process of its
-    own, no Python binding, which is what a C++ service sees (a string saying why where it failed)."""
+def cpp_replay_ms(package: Path, names: list[str], inputs: list, repeat: int) -> tuple[float | str, float | str]:
+    """`aotpack-run --io device` on the same inputs: the C++ runtime alone in a process of its own, no Python
+    binding, which is what a C++ service sees. Its median replay, waited for one run at a time, and a run's share
+    of `repeat` runs queued back to back (`--queue`: what a service that keeps the GPU fed pays); a string saying
+    why where it failed."""
     from safetensors.torch import save_file
 
     tool = REPO / "build" / "runtime" / "aotpack-run"
     if not tool.exists():
-        return f"failed: {tool} is missing"
+        return (f"failed: {tool} is missing",) * 2
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "inputs.safetensors"
         save_file({name: x.contiguous() for name, x in zip(names, inputs)}, str(path))
         done = subprocess.run([str(tool), str(package), "--device", "cuda", "--io", "device", "--repeat", str(repeat),
-                               "--inputs", str(path)], capture_output=True, text=True, check=False, timeout=120)
-    found = re.search(r"median of \d+ runs ([\d.]+) ms \(replay\)", done.stdout)
-    return float(found.group(1)) if found else f"failed: {done.stderr.strip()[-300:]}"
+                               "--queue", str(repeat), "--inputs", str(path)],
+                              capture_output=True, text=True, check=False, timeout=120)
+    failed = f"failed: {done.stderr.strip()[-300:]}"
+    replay = re.search(r"median of \d+ runs ([\d.]+) ms \(replay\)", done.stdout)
+    queued = re.search(r"runs queued back to back ([\d.]+) ms a run", done.stdout)
+    return (float(replay.group(1)) if replay else failed), (float(queued.group(1)) if queued else failed)
 
 
 # ---- one model -------------------------------------------------------------------------------------------
@@ -409,7 +414,8 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
         p["graphs_equal_direct"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(graphs.run(dev), direct.run(dev)))
         measure_point(p, graphs, no_pdl, direct, host, dev, host_in, repeat, families)
-        p["aotpack_cpp_ms"] = cpp_replay_ms(package, [i.name for i in aot.inputs], inputs, 4 * repeat)
+        p["aotpack_cpp_ms"], p["aotpack_cpp_queued_ms"] = cpp_replay_ms(package, [i.name for i in aot.inputs], inputs,
+                                                                        4 * repeat)
         p["no_pdl_equal_graphs"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(no_pdl.run(dev), graphs.run(dev)))
         p["eager_ms"] = eager_ms(bf16_model, dev, repeat)
@@ -555,7 +561,9 @@ def markdown(summary: dict) -> str:
              "(a session with cuda_pdl=False; it and the headline are the medians of 3 rounds timed in turns), with "
              "the inputs at another address each call (two copies in turns, which the runtime copies into its own "
              "buffers; the headline's stay put and are read in place), the same replay timed by the C++ runtime alone "
-             "(`aotpack-run --io device`, a process of its own: no Python binding, what a C++ service sees), and with "
+             "(`aotpack-run --io device`, a process of its own: no Python binding, what a C++ service sees), a run's "
+             "share of as many runs queued back to back there (`--queue`, aotpack_session_enqueue: waited for once), "
+             "and with "
              "host tensors (pinned staging); its "
              "kernel time per run is CUPTI's "
              "(torch.profiler), kernels only, measured with graphs and without programmatic dependent launch (with "
@@ -566,10 +574,10 @@ def markdown(summary: dict) -> str:
         intro += (f" The host launched a tiny eager kernel in {host.get('start')} us before the run and "
                   f"{host.get('end', '-')} us after it (host_launch_us: a slow or loaded host inflates every wall time).")
     header = ("| model | seq | eager | torch.compile | torch.compile + CUDA graphs | **aotpack** | aotpack no graphs "
-              "| aotpack no PDL | aotpack inputs moved | aotpack C++ | aotpack host I/O | aotpack kernels ms (count) | limit "
+              "| aotpack no PDL | aotpack inputs moved | aotpack C++ | aotpack C++ queued | aotpack host I/O | aotpack kernels ms (count) | limit "
               "| vs best | first run (capture) |")
     lines = [intro, "", header,
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in summary["models"]:
         if "error" in row:
             lines.append(f"| {row['label']} | - | {row['error'].splitlines()[0][:80]} |")
@@ -585,7 +593,7 @@ def markdown(summary: dict) -> str:
                 f"{fmt(p.get('torch_compile_graphs_ms'))}{mark['torch_compile_graphs_ms']} | "
                 f"**{fmt(p.get('aotpack_ms'))}**{ok} | {fmt(p.get('aotpack_no_graphs_ms'))} | "
                 f"{fmt(p.get('aotpack_no_pdl_ms'))} | {fmt(p.get('aotpack_moved_inputs_ms'))} | "
-                f"{fmt(p.get('aotpack_cpp_ms'))} | "
+                f"{fmt(p.get('aotpack_cpp_ms'))} | {fmt(p.get('aotpack_cpp_queued_ms'))} | "
                 f"{fmt(p.get('aotpack_host_io_ms'))} | {fmt(p.get('aotpack_kernel_ms'))} ({p.get('aotpack_kernels')}) | "
                 f"{fmt(p.get('launch_limit_ms'))} | {fmt(p.get('vs_best_peer'))}{beat} | "
                 f"{fmt(p.get('aotpack_first_run_ms'))} |")

@@ -126,6 +126,12 @@ class Session {
   void run(const std::vector<aotpack_tensor_t>& inputs) {
     check(aotpack_session_run(session_, inputs.data(), inputs.size()));
   }
+  // Queues a run on a CUDA stream (a CUstream of the session's device) and returns without waiting; device I/O
+  // only. synchronize() waits for the queued runs and throws for a check that failed in one (aotpack.h).
+  void enqueue(const std::vector<aotpack_tensor_t>& inputs, void* cuda_stream) {
+    check(aotpack_session_enqueue(session_, inputs.data(), inputs.size(), cuda_stream));
+  }
+  void synchronize() { check(aotpack_session_synchronize(session_)); }
   // Borrowed from the session: valid until the next run or the session's destruction.
   aotpack_tensor_t output(size_t index) const {
     aotpack_tensor_t out;

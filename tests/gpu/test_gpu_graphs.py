@@ -206,6 +206,48 @@ def test_concurrent_sessions_with_graphs(model):
     assert not errors, errors[:5]
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
+def test_runs_queued_on_a_torch_stream_follow_its_work_and_match_waiting_runs(model, rt, graphs):
+    """Session.enqueue on a side stream whose inputs are still being written there (no wait before the call), runs
+    queued back to back with each output copied on that stream before the next run: each copy is the waiting
+    session's result bit for bit; then a queued run on torch's current stream, and a failed index check raised by
+    synchronize() and, queued again, by the next run(), which does not run; the session goes on."""
+    queued = model.session(device="cuda", io="device", cuda_graphs=graphs)
+    direct = model.session(device="cuda", io="device", cuda_graphs=False)
+    side = torch.cuda.Stream()
+    shapes = [24, 24, 24, 7, 24, 300, 7]
+    host = [ids_of(n, seed=300 + k) for k, n in enumerate(shapes)]
+    kept = torch.empty(MAX_N, dtype=torch.int64, device="cuda")
+    copies = []
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        for k, ids in enumerate(host):
+            x = kept[: ids.numel()] if k % 2 == 0 else torch.empty(ids.numel(), dtype=torch.int64, device="cuda")
+            x.copy_(ids.pin_memory(), non_blocking=True)  # written on the side stream: enqueue must follow it
+            outputs = queued.enqueue([x], side)
+            copies.append([o.to_torch() for o in outputs])  # on the side stream, before the next run
+    queued.synchronize()
+    side.synchronize()
+    for k, ids in enumerate(host):
+        expected = device_outputs(direct, ids.cuda())
+        for a, b in zip([c.cpu().numpy() for c in copies[k]], expected):
+            np.testing.assert_array_equal(a, b, err_msg=f"queued run {k} (n={ids.numel()})")
+    good = ids_of(24, seed=1).cuda()
+    (out, _) = queued.enqueue([good])  # torch's current stream
+    np.testing.assert_array_equal(out.to_torch().cpu().numpy(), device_outputs(direct, good)[0])
+    bad = torch.tensor([1, 2, 99], device="cuda")
+    queued.enqueue([bad], side)
+    with pytest.raises(rt.AotpackError, match="outside") as info:
+        queued.synchronize()
+    assert info.value.code == rt.StatusCode.INVALID_ARGUMENT
+    queued.synchronize()  # reported once
+    queued.enqueue([bad])
+    with pytest.raises(rt.AotpackError, match="before this one failed, and this one did not start"):
+        queued.run([good])
+    for a, b in zip(device_outputs(queued, good), device_outputs(direct, good)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_tool_reports_capture_and_replay(tokens, runtime_build):
     done = subprocess.run([str(runtime_build / "aotpack-run"), str(tokens[1].path), "--device", "cuda", "--repeat",
                            "20", "--timings", "--sym", "n=128"], capture_output=True, text=True, timeout=300,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.lowering.targets import CpuTarget, CudaTarget, Targets
 from torch import nn
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
 
@@ -558,6 +561,48 @@ def test_the_tool_runs_on_device_memory_on_request(runtime_build, package, tmp_p
                           (["--device", "cuda", "--io", "pinned"], '--io is "pinned"; expected host or device')):
         refused = run_tool(runtime_build, [str(path), *args])
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def test_the_tool_times_runs_queued_back_to_back(runtime_build, package, tmp_path):
+    """aotpack-run --io device --queue N: after the timed runs, N runs queued on the default stream with no wait
+    between them (each its graph launch and the event after it), then one wait; its share a run is reported.
+    --queue needs --io device."""
+    path, _ = package
+    trace = tmp_path / "trace.txt"
+    result = run_tool(runtime_build, [str(path), "--device", "cuda", "--io", "device", "--repeat", "2", "--queue", "4"],
+                      FAKE_CUDA_TRACE=str(trace))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"median of 2 runs [\d.]+ ms \(replay\), 4 runs queued back to back [\d.]+ ms a run \(cuda:0",
+                     result.stdout), result.stdout
+    lines = trace.read_text().splitlines()
+    first = max(i for i, line in enumerate(lines) if line.startswith("cuEventCreate("))  # the session's, made by enqueue
+    waited = next(i for i, line in enumerate(lines) if i > first and line.startswith("cuEventSynchronize("))
+    queued = [line.split("(")[0] for line in lines[first:waited] if not line.startswith(("cuCtxSet", "cuPointerGet"))]
+    assert queued == ["cuEventCreate"] + ["cuGraphLaunch", "cuEventRecord"] * 4, lines[first:waited]
+    needs_device_io = "--queue queues runs on a CUDA stream, which needs --device cuda --io device"
+    for args, message in ((["--device", "cuda", "--queue", "3"], needs_device_io),
+                          (["--device", "cuda", "--io", "device", "--queue", "0"], "--queue must be 1..1000000")):
+        refused = run_tool(runtime_build, [str(path), *args])
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def test_the_benchmark_reads_the_tools_replay_and_queued_times(runtime_build, package):
+    """scripts/gpu_bench.py's "aotpack C++" and "aotpack C++ queued" columns: aotpack-run --io device --queue on the
+    benchmark's own inputs, both times read from its report."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        f"""
+        import sys
+        import torch
+        sys.path.insert(0, {str(REPO / "scripts")!r})
+        import gpu_bench
+        replay, queued = gpu_bench.cpp_replay_ms(__import__("pathlib").Path({str(path)!r}), ["x"], [torch.ones(5, 8)], 6)
+        print(replay, queued)
+        assert isinstance(replay, float) and isinstance(queued, float), (replay, queued)
+        """,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_device_pointers_are_checked(runtime_build, package):

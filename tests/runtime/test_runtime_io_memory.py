@@ -72,6 +72,9 @@ def test_device_tensor_describes_itself_to_cuda_consumers(rt):
     }
     bf16 = rt.DeviceTensor("y", 0x7F0000001000, (2,), "bfloat16", 0)
     assert bf16.__cuda_array_interface__["typestr"] == "<u2"  # raw bits, as host outputs give them
+    # an enqueued run's output names the stream that writes it; the legacy default stream (0) is written 1
+    queued = [rt.DeviceTensor("y", 0x7F0000001000, (2,), "bfloat16", 0, None, stream) for stream in (0x5A000, 0)]
+    assert [q.__cuda_array_interface__["stream"] for q in queued] == [0x5A000, 1]
 
 
 @pytest.mark.parametrize(
