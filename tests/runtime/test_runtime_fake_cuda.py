@@ -358,7 +358,8 @@ def alloc(n):
 def test_a_device_io_run_fills_the_sessions_argument_structs_one_thread_at_a_time(runtime_build, package):
     """A device-I/O run fills argument structs the session keeps (runtime.py): a run while another thread's is
     inside is refused before it touches them, in the runtime's words; a wrong number of inputs still reaches the
-    runtime's own message; shapes and pointers change from run to run."""
+    runtime's own message; shapes and pointers change from run to run, and a run at the last run's shape returns
+    the same output objects."""
     path, _ = package
     result = run_python(
         runtime_build,
@@ -381,6 +382,10 @@ for inputs in ([], [Dev(x, (3, 8)), Dev(x, (3, 8))]):
 for n, ptr in ((3, x + 64), (16, x), (1, x + 128)):
     (out,) = session.run([Dev(ptr, (n, 8))])
     assert out.shape == (n, 4), out.shape
+# the same shape again gives the same (immutable) DeviceTensor, made once; another shape a new one
+(again,) = session.run([Dev(x, (1, 8))])
+(other,) = session.run([Dev(x, (2, 8))])
+assert again is out and other is not out and other.shape == (2, 4) and other.data == out.data, (again, other)
 """,
     )
     assert result.returncode == 0, result.stdout + result.stderr
