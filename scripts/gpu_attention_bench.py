@@ -6,7 +6,9 @@ For each shape (BERT-like with a boolean padding mask and with transformers' add
 at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
 Triton's JIT (tests/codegen/triton_interp.py) to check the result against eager, then times the attention
 kernel at the configuration the exporter picks and at others, next to torch.nn.functional's sdpa on the same
-inputs. Prints one line per measurement: milliseconds and TFLOP/s. Needs a GPU.
+inputs; where the layout allows it, also the kernel rendered with TMA loads of its keys and values at the blocks
+tuning times that way (attention_config.TMA_CANDIDATES, lines marked "tma"). Prints one line per measurement:
+milliseconds and TFLOP/s. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -88,14 +90,19 @@ def main() -> int:
     import triton_interp
     from aotpack.exporter import ModelSpec, capture, resolve_symbols
     from aotpack.exporter.dtype import with_dtype
+    from aotpack.lowering.backends.cuda import render
+    from aotpack.lowering.backends.cuda.attention_config import TMA_CANDIDATES, AttentionConfig
     from aotpack.lowering.backends.cuda.compile import FP_FUSION  # as packages compile their kernels
     from aotpack.lowering.backends.cuda.render import render_triton_library
+    from aotpack.lowering.codegen.library import render_library
     from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.lowering.ir.symbolic import evaluate
     from aotpack.lowering.stages import lower
     from aotpack.verification import relative_error
     from test_attention import SelfAttention, _pad
 
+    # TMA kernels make their descriptors in global scratch, which Triton's launcher takes from this allocator
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     seqs = [int(a) for a in sys.argv[1:] if a.isdigit()] or [512, 2048]
     shapes = [a for a in sys.argv[1:] if not a.isdigit() and not a.startswith("--")] or list(SHAPES)
     for name, (batch, args) in ((name, SHAPES[name]) for name in shapes):
@@ -113,6 +120,16 @@ def main() -> int:
         step = next(i for i, s in enumerate(program.steps) if s.family == "attention")
         kernel = next(k for k in library.kernels if k.name == library.step_kernels[step])
         chosen = dict(kernel.constexprs)
+        # the same step rendered with TMA loads, where its keys' and values' layout allows them
+        tma_kernel = None
+        if render.TritonRenderer(program, 90, tma=True).attention_tma(program.steps[step]):
+            table = render.attention_config
+            render.attention_config = lambda *args, **kwargs: AttentionConfig(*TMA_CANDIDATES[0], tma=True)
+            try:
+                tma_library = render_library(render.TritonRenderer(program, 90, tma=True))
+            finally:
+                render.attention_config = table
+            tma_kernel = next(k for k in tma_library.kernels if k.name == tma_library.step_kernels[step])
         for seq in seqs:
             x = torch.randn(batch, seq, 16, dtype=torch.bfloat16)
             pad = example_pad(batch, seq) if "example" in name else _pad(batch, seq)
@@ -129,21 +146,28 @@ def main() -> int:
             call += [state["sym_values"][i] for i in kernel.symbols]
             if kernel.errors:
                 call.append(torch.zeros(1, dtype=torch.int32, device="cuda"))
-            fn = getattr(triton_interp.load_module(library.source, False), kernel.name)
             # Compiled as packages compile it: Triton's JIT would assume a size divisible by 16 to be so at every
             # call (seq 2048 here), which packages cannot, and BERT's padded attention timed 0.32 ms here against
             # 0.47 in the model (session 23); pointers stay 16-byte aligned, as the runtime's are.
             sizes = [n for n, t in kernel.signature if t in ("i32", "i64")]
-            fn = triton.jit(fn.fn, do_not_specialize=sizes)
+
+            def compiled_as_packages(source: str, name: str, sizes: list[str] = sizes):
+                return triton.jit(getattr(triton_interp.load_module(source, False), name).fn, do_not_specialize=sizes)
+
+            fn = compiled_as_packages(library.source, kernel.name)
+            variants = [(fn, config, "") for config in dict.fromkeys(
+                [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None),
+                 *([] if CHOSEN_ONLY else CONFIGS)])]
+            if tma_kernel is not None and not CHOSEN_ONLY:
+                tma_fn = compiled_as_packages(tma_library.source, tma_kernel.name)
+                variants += [(tma_fn, (*c, None), " tma") for c in TMA_CANDIDATES]
             rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
                   f"warps {kernel.num_warps} stages {kernel.num_stages}{' (cold L2)' if COLD else ''}; reads k as "
                   f"{next(line.strip() for line in kernel.source.splitlines() if 'k_base = ' in line)}", flush=True)
-            configs = [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None),
-                       *([] if CHOSEN_ONLY else CONFIGS)]
             out = call[[n for n, _ in kernel.signature].index("out")]
             first = None  # the chosen configuration's output: every other one is compared with it
-            for bm, bn, warps, stages, maxnreg in dict.fromkeys(configs):
+            for fn, (bm, bn, warps, stages, maxnreg), how in variants:
                 launch = functools.partial(fn[(triton.cdiv(seq, bm), rows, 1)], *call,
                                            **{**chosen, "BM": bm, "BN": bn},
                                            num_warps=warps, num_stages=stages, enable_fp_fusion=FP_FUSION,
@@ -151,11 +175,11 @@ def main() -> int:
                 try:
                     ms = cuda_ms(launch)
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
-                    print(f"  BM {bm} BN {bn} w{warps} s{stages} r{maxnreg}: failed {type(e).__name__}: {str(e)[:2000]}")
+                    print(f"  BM {bm} BN {bn} w{warps} s{stages} r{maxnreg}{how}: failed {type(e).__name__}: {str(e)[:2000]}")
                     continue
                 first = out.float().clone() if first is None else first
                 diff = float((out.float() - first).abs().max())
-                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} r{maxnreg}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
+                print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} r{maxnreg}{how}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
                       f"  max diff to the chosen {diff:.2e}")
             q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from aotpack.lowering.backends.cuda.attention_config import AttentionConfig
 from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
 from aotpack.lowering.codegen.printer import to_json
 from test_golden import CASES
@@ -16,10 +17,7 @@ from test_golden import CASES
 GOLDEN = Path(__file__).resolve().parent / "golden" / "triton"
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_rendered_triton_kernel_matches_golden(case):
-    program = CASES[case]
-    kernel, grid = TritonRenderer(program).render(program.steps[0])
+def assert_matches_golden(case: str, kernel, grid) -> None:
     text = (kernel.source + f"\n# signature: {list(kernel.signature)}\n# constexprs: {list(kernel.constexprs)}"
             f"\n# num_warps: {kernel.num_warps}, num_stages: {kernel.num_stages}, symbols: {list(kernel.symbols)}"
             f"\n# errors: {list(kernel.errors)}\n# grid: {[to_json(g) for g in grid]}\n")
@@ -29,6 +27,26 @@ def test_rendered_triton_kernel_matches_golden(case):
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; run with AOTPACK_UPDATE_GOLDEN=1 to create it"
     assert text == path.read_text(), f"the rendered Triton kernel for {case} differs from {path}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_triton_kernel_matches_golden(case):
+    program = CASES[case]
+    assert_matches_golden(case, *TritonRenderer(program).render(program.steps[0]))
+
+
+def test_attention_with_tma_loads_matches_golden():
+    """The additive-padding case in half precision with its keys and values loaded through TMA descriptors, the
+    variant tuning times on Hopper (attention_config.TMA_CANDIDATES)."""
+    import dataclasses
+
+    program = CASES["attention_padding"]
+    buffers = {name: dataclasses.replace(b, dtype="float16") if name in ("x", "out") else b
+               for name, b in program.buffers.items()}
+    step = dataclasses.replace(program.steps[0], dtype="float16")
+    half = dataclasses.replace(program, buffers=buffers, steps=(step,))
+    config = AttentionConfig(64, 64, 4, 3, tma=True)
+    assert_matches_golden("attention_padding_tma", *TritonRenderer(half, 90, tma=True).render_with(step, config))
 
 
 def test_library_is_one_module_with_each_kernel_once():

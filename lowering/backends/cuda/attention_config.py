@@ -5,6 +5,12 @@ Without a GPU at export the table chooses (matmul_config.py's counterpart). Half
 at head dims 64 and 128, causal or masked: at seq 2048, 1.3-1.4x faster than 128-row blocks with 8 warps for
 causal attention, level with them for a padding mask. float32 operands take twice the shared memory and
 registers: at head dims above 64, 32 keys per block.
+
+On Hopper (sm_90+ targets) tuning also times each of TMA_CANDIDATES with its blocks of keys and values loaded
+by the tensor memory accelerator (`tma`: descriptors the kernel makes in its global scratch, out-of-bounds
+elements read as zero) instead of masked pointer loads, where the layout allows it (render.py
+`attention_tma`). Not the table's choice: no GPU has timed it yet (session 29); tuning keeps it only where
+it measures faster.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ class AttentionConfig:
     bn: int  # keys per block of the loop
     num_warps: int
     num_stages: int
+    tma: bool = False  # keys and values loaded through TMA descriptors (Hopper; see the module's docstring)
 
 
 def _pow2(n: int) -> int:
@@ -58,12 +65,23 @@ HALF_CANDIDATES = ((64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 8, 
                    (128, 64, 8, 3), (128, 128, 8, 3), (64, 32, 4, 3), (64, 128, 4, 3))
 
 
-def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool) -> list[AttentionConfig]:
-    """What tuning times: the table's choice first, then the other blocks that fit the sizes. float32
-    attention keeps the table's choice (its blocks are bounded by shared memory, not tuned)."""
+# The blocks tuning also times with TMA loads: the table's, its deeper pipelines, and the two 128-row shapes
+# (two warp groups) that were nearest to it with pointer loads.
+TMA_CANDIDATES = ((64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 8, 2), (128, 128, 8, 3))
+
+
+def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool,
+                         tma: bool = False) -> list[AttentionConfig]:
+    """What tuning times: the table's choice first, then the other blocks that fit the sizes and, where `tma`
+    (the targets and the kernel's layout allow it), TMA_CANDIDATES with TMA loads. float32 attention keeps the
+    table's choice (its blocks are bounded by shared memory, not tuned)."""
     chosen = attention_config(q_max, kv_max, head_dim, wide)
     if wide:
         return [chosen]
-    fits = [AttentionConfig(*c) for c in HALF_CANDIDATES
-            if c[0] <= max(16, _pow2(q_max)) and c[1] <= max(16, _pow2(kv_max)) and not (head_dim > 128 and c[1] > 64)]
-    return list(dict.fromkeys([chosen, *fits]))
+
+    def fit(c: tuple[int, ...]) -> bool:
+        return c[0] <= max(16, _pow2(q_max)) and c[1] <= max(16, _pow2(kv_max)) and not (head_dim > 128 and c[1] > 64)
+
+    fits = [AttentionConfig(*c) for c in HALF_CANDIDATES if fit(c)]
+    with_tma = [AttentionConfig(*c, tma=True) for c in TMA_CANDIDATES if tma and fit(c)]
+    return list(dict.fromkeys([chosen, *fits, *with_tma]))

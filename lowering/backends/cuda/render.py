@@ -130,8 +130,24 @@ class TritonRenderer(KernelRenderer):
                                      store_bytes=_store_bytes(kernel))
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
-                                        kernel.dtype == "float32")
+                                        kernel.dtype == "float32", tma=self.tma and self.attention_tma(kernel))
         return []
+
+    def attention_tma(self, k: AttentionKernel) -> bool:
+        """Whether TMA descriptors can load attention's keys and values: half-precision [SK, D] rows with unit
+        inner stride at a 16-byte aligned start for every batch and head (offset, batch and head strides), row
+        strides that are nonzero multiples of 16 bytes, and extents below 2^31 and TMA's 256-element box."""
+        for view, dim in ((k.k, k.head_dim), (k.v, k.value_dim)):
+            dtype = self.program.buffers[view.buffer].dtype
+            if dtype not in ("float16", "bfloat16"):
+                return False
+            size = DTYPES[dtype].itemsize
+            batch, head, row, inner = view.strides
+            if inner != 1 or row == 0 or int(dim) > 256:
+                return False
+            if not all(_multiple_of(e * size, 16) for e in (view.offset, batch, head, row)):
+                return False
+        return self.max(k.kv_len) < 2**31
 
     def tma_operands(self, k: MatmulKernel) -> bool | None:
         """Whether TMA descriptors can read both operands of the product, and how: True when b is stored
@@ -629,6 +645,9 @@ class TritonRenderer(KernelRenderer):
         config = self._forced if isinstance(self._forced, AttentionConfig) else attention_config(
             self.max(k.q_len), self.max(k.kv_len), head_dim, wide)
         bm, bn = config.bm, config.bn
+        if config.tma and not (self.tma and self.attention_tma(k)):
+            raise UnsupportedError("attention with TMA loads needs sm_90+ targets and keys and values TMA can read "
+                                   "(attention_tma)")
         constexprs = {"BM": bm, "BN": bn, "BD": bd, "BDV": bdv}
         exprs = [k.heads, k.q_len, k.kv_len, *(scalar.index_exprs(k.mask) if k.mask is not None else ())]
         if k.causal:
@@ -643,7 +662,7 @@ class TritonRenderer(KernelRenderer):
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live, "neutral": neutral,
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
-                "fold_scale": fold_scale, "log2_e": repr(LOG2_E),
+                "fold_scale": fold_scale, "log2_e": repr(LOG2_E), "tma": config.tma,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
                 "meta": {"constexprs": constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
                          "errors": [c.what for c in writer.checks], "config": config,
