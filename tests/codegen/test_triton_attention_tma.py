@@ -94,6 +94,9 @@ def test_tma_attention_compiles_for_sm_90_with_two_descriptors_of_scratch(tmp_pa
     library = render_library(render.TritonRenderer(program, 90, pdl=True, tma=True))
     kernel = next(k for k in library.kernels if k.family == "attention")
     assert kernel.config.tma and kernel.source.count("tl.make_tensor_descriptor(") == 2
+    # written after the kernel's wait for its predecessor, whose programs (programmatic dependent launch) may
+    # still use the session's global scratch until then
+    assert kernel.source.index("gdc_wait()") < kernel.source.index("tl.make_tensor_descriptor(")
     compiled = compile_triton_library(library, (90,))[90].kernels[kernel.name]
     assert compiled.cubin[:4] == b"\x7fELF"
     # two descriptors of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
