@@ -13,7 +13,8 @@ bytes it must move at the measured copy bandwidth. Each timed call runs over eno
 --sweep also times other tile configurations, to tune matmul_config.py's table, and on sm_90+ the persistent
 TMA programs tuning offers (matmul_config.PERSISTENT_CANDIDATES, with and without warp specialisation), rendered
 through the same renderer (templates/triton/matmul_persistent.py.jinja). Writes OUT_DIR/matmul_bench.json and
-prints one line per measurement. --persistent times only the tiled table's choice and the persistent programs.
+prints one line per measurement. --persistent times only the tiled table's choice, the persistent programs and the
+tiled programs tuning times with TMA loads (matmul_config.TILED_TMA_CANDIDATES, each next to its pointer-load twin).
 "table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
 instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
 at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
@@ -123,6 +124,7 @@ def main() -> int:
         SPLIT_ROW_KS,
         SPLIT_ROW_TILES,
         SPLIT_TILES,
+        TILED_TMA_CANDIDATES,
         MatmulConfig,
     )
     from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
@@ -216,6 +218,9 @@ def main() -> int:
         if (args.sweep or args.persistent) and arch >= 90 and m >= 128:
             persistent_configs = [MatmulConfig(bm, bn, bk, 8, warps, stages, True, ws)
                                   for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES for ws in (False, True)]
+            # tiled programs loading through TMA (session 29's tuning candidates), each beside its pointer twin
+            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, tma=tma)
+                                   for bm, bn, bk, warps, stages in TILED_TMA_CANDIDATES for tma in (False, True)]
         if package_config is not None and package_config not in persistent_configs:
             persistent_configs.append(package_config)
         if args.split and m <= 16:
@@ -231,6 +236,7 @@ def main() -> int:
         for config in persistent_configs:
             label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
                      *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent
+                       else ["tiled", "tma" if config.tma else "pointers"] if config.split_k == 1
                        else [f"split {config.split_k}"])]
             try:
                 launch = rendered_launcher(program, arch, library.prelude, config, m)

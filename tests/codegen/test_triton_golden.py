@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from aotpack.lowering.backends.cuda.attention_config import AttentionConfig
+from aotpack.lowering.backends.cuda.matmul_config import MatmulConfig
 from aotpack.lowering.backends.cuda.render import TritonRenderer, render_triton_library
 from aotpack.lowering.codegen.printer import to_json
 from test_golden import CASES
@@ -83,3 +84,12 @@ def test_attention_folds_its_scale_only_when_positive_and_no_mask_adds():
     additive = CASES["attention_padding"]
     assert additive.steps[0].mask.dtype != "bool"
     assert "(s - safe_max[:, None]) * 1.4426950408889634" in TritonRenderer(additive).render(additive.steps[0])[0].source
+
+
+def test_tiled_product_with_tma_loads_matches_golden():
+    """The bf16 product with a fused epilogue, its tiles loaded through TMA descriptors: the tiled program tuning
+    times on Hopper besides the persistent ones (matmul_config.TILED_TMA_CANDIDATES)."""
+    program = CASES["matmul_bf16_epilogue"]
+    config = MatmulConfig(64, 16, 16, 8, 4, 3, tma=True)
+    assert_matches_golden("matmul_bf16_epilogue_tma",
+                          *TritonRenderer(program, 90, tma=True).render_with(program.steps[0], config))

@@ -1,6 +1,7 @@
-"""Persistent matrix products reading through TMA descriptors (templates/triton/matmul_persistent.py.jinja):
-which products may use them, that tuning offers them on Hopper only, that they compile for sm_90 with their
-global scratch recorded, and that they compute the product and its fused epilogue in Triton's interpreter."""
+"""Matrix products reading through TMA descriptors: persistent programs (templates/triton/matmul_persistent.py.jinja)
+and tiled ones (templates/triton/matmul.py.jinja with `tma`): which products may use them, that tuning offers
+them on Hopper only, that they compile for sm_90 with their global scratch recorded, and that they compute the
+product and its fused epilogue in Triton's interpreter (the tiled ones bit for bit as with pointer loads)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import sympy
 from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.backends.cuda.matmul_config import (
+    TILED_TMA_CANDIDATES,
     TMA_MIN_ROWS,
     MatmulConfig,
     matmul_candidates,
@@ -24,6 +26,7 @@ from triton_interp import run_in_interpreter
 ZERO, ONE = sympy.Integer(0), sympy.Integer(1)
 ROWS = size_symbol("rows")
 PERSISTENT = MatmulConfig(32, 32, 32, 8, 4, 3, persistent=True)
+TILED_TMA = MatmulConfig(32, 32, 32, 8, 4, 3, tma=True)
 
 
 def product(n: int = 80, k: int = 72, layout: str = "linear", dtype: str = "float16", a_offset=ZERO,
@@ -193,5 +196,67 @@ print(json.dumps(report))
 def test_persistent_products_compute_the_model_in_the_triton_interpreter():
     report = run_in_interpreter(RUN)
     assert report["persistent"] == report["products"] == 2, report
+    for seq, err in report["errors"].items():
+        assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"
+
+
+def test_tuning_offers_tiled_tma_products_on_hopper_for_many_rows_only(monkeypatch):
+    def tiled(m, tma, dtype="bfloat16"):
+        return [c for c in matmul_candidates(m, 768, 768, dtype, 90, tma=tma) if c.tma]
+
+    assert len(tiled(2048, True)) == len(TILED_TMA_CANDIDATES) and all(not c.persistent for c in tiled(2048, True))
+    assert not tiled(TMA_MIN_ROWS - 1, True) and not tiled(2048, False) and not tiled(2048, True, "float32")
+    assert not any(c.tma for c in matmul_candidates(2048, 768, 768, "bfloat16", 90, tma=False))
+    assert not render.render_triton_library(product(n=768, k=768), (90,)).kernels[0].config.tma  # never the table's
+    with pytest.raises(Exception, match="tiled product with TMA loads"):
+        forced(product(dtype="float32"), TILED_TMA, monkeypatch)
+
+
+def test_a_tiled_tma_product_compiles_for_sm_90_with_its_scratch_recorded(tmp_path, monkeypatch):
+    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
+    from aotpack.lowering.backends.cuda.compile import compile_triton_library
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    library = forced(product(n=768, k=768), MatmulConfig(64, 128, 64, 8, 4, 4, tma=True), monkeypatch)
+    kernel = library.kernels[0]
+    assert not kernel.persistent and kernel.source.count("tl.make_tensor_descriptor(") == 2
+    assert "a_ptrs" not in kernel.source and "b_ptrs" not in kernel.source
+    # the descriptors are written after the wait for the previous kernel, whose programs may still use the
+    # session's global scratch until then (programmatic dependent launch)
+    assert kernel.source.index("gdc_wait()") < kernel.source.index("tl.make_tensor_descriptor(")
+    grid = library.step_launches[0]
+    assert [g.subs(ROWS, 2048) for g in grid] == [32 * 6, 1, 1]  # one program a tile, as without TMA
+    compiled = compile_triton_library(library, (90,))[90].kernels[kernel.name]
+    assert compiled.cubin[:4] == b"\x7fELF"
+    assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
+
+
+TILED = RUN.replace("""config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
+render.matmul_config = lambda *args, **kwargs: config
+library = render_library(render.TritonRenderer(program, 90, tma=True))
+persistent = [k.name for k in library.kernels if k.persistent]
+report = {"products": len(products), "persistent": len(persistent), "errors": {}}
+for seq in (1, 17, 50, 300):
+    x = torch.randn(1, seq, 40, dtype=torch.float16)
+    got, _ = run_program(program, library, [x])""", """def library(tma):
+    config = MatmulConfig(16, 32, 32, 8, 4, 3, tma=tma)
+    render.matmul_config = lambda *args, **kwargs: config
+    return render_library(render.TritonRenderer(program, 90, tma=True))
+with_tma, pointers = library(True), library(False)
+tiled = [k.name for k in with_tma.kernels if k.config is not None and k.config.tma]
+report = {"products": len(products), "tiled": len(tiled), "pointer": len(pointers.kernels), "errors": {}, "identical": {}}
+for seq in (1, 17, 50, 300):
+    x = torch.randn(1, seq, 40, dtype=torch.float16)
+    got, _ = run_program(program, with_tma, [x])
+    report["identical"][seq] = bool(torch.equal(got[0], run_program(program, pointers, [x])[0][0]))""")
+
+
+def test_tiled_tma_products_compute_what_pointer_loads_compute_in_the_triton_interpreter():
+    """The fused-epilogue block of the persistent test with every product (each bucket's kernel) tiled with TMA loads:
+    the same outputs as with pointer loads, bit for bit, at 1 to 300 rows."""
+    assert TILED != RUN
+    report = run_in_interpreter(TILED)
+    assert report["products"] == 2 and report["tiled"] == report["pointer"] >= 2, report
+    assert all(report["identical"].values()), report
     for seq, err in report["errors"].items():
         assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"

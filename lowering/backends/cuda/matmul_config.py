@@ -16,7 +16,8 @@ The rule aims at the two regimes a declared range spans:
   accelerator (TMA) can read (render.py `tma_operands`): persistent programs that load through TMA
   descriptors (templates/triton/matmul_persistent.py.jinja), one program per SM walking the output tiles.
   The table chooses them where they measured faster (`_persistent_tiles`: from 2048 rows, and vocabulary
-  products from 129); tuning times them from TMA_MIN_ROWS rows.
+  products from 129); tuning times them from TMA_MIN_ROWS rows, and tiled programs loading through TMA
+  too (TILED_TMA_CANDIDATES, which no table chooses yet).
 
 SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
 scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
@@ -44,6 +45,9 @@ class MatmulConfig:
     # split-K: SPLIT_K programs per output tile, each summing one slice of the depth; the last of them to
     # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja)
     split_k: int = 1
+    # a tiled program (one tile each) loading its operands through TMA descriptors, as the persistent ones do
+    # (sm_90+; tuning's candidate only: TILED_TMA_CANDIDATES)
+    tma: bool = False
 
 
 def _pow2(n: int) -> int:
@@ -198,6 +202,14 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 
 
+# Tiled programs with TMA loads tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows, no split-K):
+# the tiles tuning chose most often between 512 and 16384 rows (64 x 128 for GPT-2's layers at 2048 rows,
+# where the persistent programs, whose loads are TMA's too, were slower) and the table's large ones. Session
+# 29, not timed yet: in the table nowhere. (BM, BN, BK, warps, stages)
+TILED_TMA_CANDIDATES = ((64, 128, 64, 4, 4), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+                        (128, 256, 64, 8, 3), (64, 256, 64, 8, 3))
+
+
 # The fewest pipeline stages smaller_matmul_config gives a product: one step's tiles loading while the previous
 # step's are multiplied. One stage would serialise every load with the multiply; a smaller tile costs less.
 MIN_STAGES = 2
@@ -229,7 +241,7 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
     table), split-K programs of the products whose tiles fill under a wave (split_candidates), then, where
     `tma` (the renderer's word that every target is sm_90+ and TMA can read both operands), persistent TMA
-    programs. float32 and float64 products keep the table's choice."""
+    programs and tiled ones loading through TMA. float32 and float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
@@ -240,4 +252,7 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
     if tma and m >= TMA_MIN_ROWS:
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
                  for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]
+        fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, tma=True)
+                 for bm, bn, bk, warps, stages in TILED_TMA_CANDIDATES
+                 if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n))]
     return list(dict.fromkeys([chosen, *fits]))

@@ -494,6 +494,12 @@ class TritonRenderer(KernelRenderer):
         operands["pdl_lines"] = _grid_dependency_lines(self._launches_early(k)) if self.pdl else []
         template = "matmul.py.jinja"
         grid = (_cdiv(k.m, bm) * _cdiv(k.n, bn), k.batch, sympy.Integer(config.split_k))
+        operands["tma"] = None
+        if config.tma:  # a tiled program loading through TMA descriptors
+            if rows_n is None or split or config.persistent:
+                raise UnsupportedError("a tiled product with TMA loads needs sm_90+ targets, operands TMA can read "
+                                       "(tma_operands) and no split-K")
+            operands["tma"] = {"b_rows_n": rows_n}
         if config.persistent:
             if rows_n is None:
                 raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
