@@ -1144,10 +1144,11 @@ def test_a_split_product_is_launched_with_its_workspace_and_its_twin_named_for_o
     launches = [line for line in lines if line.startswith("cuLaunchKernel(") and step["split"]["kernel"] in line]
     assert len(launches) >= 3 and all(", grid 1 1 2," in line for line in launches), launches
     assert not any(line.startswith("cuLaunchKernel(") and step["kernel"] + "," in line for line in lines)
-    # the counts (an int32 per program) are cleared once, when the session is made, before the stream's first run:
-    # the only memset of the three runs
+    # the counts (an int32 per program) are cleared once, when the session is made, and waited for there (a run
+    # queued on a caller's stream is not ordered after the session's): the only memset of the three runs
     memsets = [line for line in lines if line.startswith("cuMemsetD8Async(")]
     assert len(memsets) == 1 and memsets[0].endswith(", 0, 8)"), memsets
+    assert lines[lines.index(memsets[0]) + 1] == "cuStreamSynchronize", lines
     assert lines.index(memsets[0]) < lines.index(launches[0]), lines
 
 

@@ -250,8 +250,8 @@ Status CudaWorkspace::scratch_at_maxima(const int64_t* maxima, uint64_t* out) co
   return Status();
 }
 
-// The split-K kernels' counts (zeroed here, on the stream every run follows) and partial sums: as many as the
-// kernel that takes most (parse_split bounds them; queue_steps checks each launch against its kernel's).
+// The split-K kernels' counts (zeroed here, before any run) and partial sums: as many as the kernel that takes
+// most (parse_split bounds them; queue_steps checks each launch against its kernel's).
 Status CudaWorkspace::alloc_split_workspace() {
   int64_t programs = 0, bytes = 0;
   for (const CudaKernelInfo& k : executable_->plan().kernels) {
@@ -264,6 +264,8 @@ Status CudaWorkspace::alloc_split_workspace() {
   AOTPACK_RETURN_IF_ERROR(alloc(static_cast<size_t>(bytes), &split_parts_));
   const Driver& d = *device_->driver;
   AOTPACK_CUDA_CHECK(d, cuMemsetD8Async(split_counts_, 0, count_bytes, stream_), "clearing the split-K counts");
+  // Waited for here: a run queued on a caller's stream (enqueue) is not ordered after the session's own stream.
+  AOTPACK_CUDA_CHECK(d, cuStreamSynchronize(stream_), "clearing the split-K counts (waiting for it)");
   return Status();
 }
 
