@@ -194,8 +194,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_session_synchronize": (_Status, [ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in {**sigs, **optional}.items():
-        fn = getattr(lib, name, None)
-        if fn is None and name in optional:
+        if name in optional and not hasattr(lib, name):
             continue
         fn = getattr(lib, name)  # a required call the library lacks: AttributeError names it
         fn.restype = restype
