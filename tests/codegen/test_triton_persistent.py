@@ -133,19 +133,29 @@ def test_a_persistent_product_launches_a_program_per_sm_at_most(monkeypatch):
         forced(product(dtype="float32"), PERSISTENT, monkeypatch)
 
 
-def test_a_persistent_product_compiles_for_sm_90_with_its_scratch_recorded(tmp_path, monkeypatch):
+@pytest.mark.parametrize("config", [MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True),
+                                    MatmulConfig(64, 128, 64, 8, 4, 4, tma=True)], ids=["persistent", "tiled"])
+def test_a_tma_product_compiles_for_sm_90_with_its_scratch_recorded(config, tmp_path, monkeypatch):
     pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
     from aotpack.lowering.backends.cuda.compile import compile_triton_library
 
     monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
-    library = forced(product(n=768, k=768), MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True), monkeypatch)
-    compiled = compile_triton_library(library, (90,))[90].kernels[library.kernels[0].name]
+    library = forced(product(n=768, k=768), config, monkeypatch)
+    kernel = library.kernels[0]
+    assert kernel.persistent == config.persistent and kernel.source.count("tl.make_tensor_descriptor(") == 2
+    assert "a_ptrs" not in kernel.source and "b_ptrs" not in kernel.source
+    # the descriptors are written after the wait for the previous kernel, whose programs may still use the
+    # session's global scratch until then (programmatic dependent launch)
+    assert kernel.source.index("gdc_wait()") < kernel.source.index("tl.make_tensor_descriptor(")
+    compiled = compile_triton_library(library, (90,))[90].kernels[kernel.name]
     assert compiled.cubin[:4] == b"\x7fELF"
     # two descriptors of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
     assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
     assert compiled.profile_scratch_size == 0
-    # the table's shared memory estimate bounds the compiled kernel's (a plain product stores its 2-byte output)
-    assert compiled.shared <= persistent_shared_bytes(128, 128, 64, 8, 3, 2)
+    if config.persistent:  # the table's shared memory estimate bounds the compiled kernel's (a 2-byte output)
+        assert compiled.shared <= persistent_shared_bytes(128, 128, 64, 8, 3, 2)
+    else:  # one program a tile, as without TMA
+        assert [g.subs(ROWS, 2048) for g in library.step_launches[0]] == [32 * 6, 1, 1]
 
 
 RUN = r"""
@@ -210,25 +220,6 @@ def test_tuning_offers_tiled_tma_products_on_hopper_for_many_rows_only(monkeypat
     assert not render.render_triton_library(product(n=768, k=768), (90,)).kernels[0].config.tma  # never the table's
     with pytest.raises(Exception, match="tiled product with TMA loads"):
         forced(product(dtype="float32"), TILED_TMA, monkeypatch)
-
-
-def test_a_tiled_tma_product_compiles_for_sm_90_with_its_scratch_recorded(tmp_path, monkeypatch):
-    pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
-    from aotpack.lowering.backends.cuda.compile import compile_triton_library
-
-    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
-    library = forced(product(n=768, k=768), MatmulConfig(64, 128, 64, 8, 4, 4, tma=True), monkeypatch)
-    kernel = library.kernels[0]
-    assert not kernel.persistent and kernel.source.count("tl.make_tensor_descriptor(") == 2
-    assert "a_ptrs" not in kernel.source and "b_ptrs" not in kernel.source
-    # the descriptors are written after the wait for the previous kernel, whose programs may still use the
-    # session's global scratch until then (programmatic dependent launch)
-    assert kernel.source.index("gdc_wait()") < kernel.source.index("tl.make_tensor_descriptor(")
-    grid = library.step_launches[0]
-    assert [g.subs(ROWS, 2048) for g in grid] == [32 * 6, 1, 1]  # one program a tile, as without TMA
-    compiled = compile_triton_library(library, (90,))[90].kernels[kernel.name]
-    assert compiled.cubin[:4] == b"\x7fELF"
-    assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
 
 
 TILED = RUN.replace("""config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
