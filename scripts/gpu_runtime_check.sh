@@ -40,3 +40,16 @@ echo "== runtime A/B ($OLD against this tree)"
 timeout "${AB_TIMEOUT:-180}" $PY scripts/runtime_ab.py "$PACKAGE" --model gpt2 --rounds 3 \
   --lib build/runtime_ab/libaotpack.so --lib build/runtime/libaotpack.so --out "$OUT/runtime_ab.json" \
   2>&1 | tee "$OUT/runtime_ab.log" | tail -4
+
+# Runs queued on a stream (aotpack_session_enqueue): their time a run next to a waited-for replay, then the same
+# path under compute-sanitizer's memcheck (graphs captured, replayed and queued) where the image has it.
+echo "== queued runs (aotpack-run --io device --queue)"
+for seq in 1 128 2048; do
+  timeout 120 build/runtime/aotpack-run "$PACKAGE" --device cuda --io device --sym batch=1 seq=$seq --repeat 50 \
+    --queue 200 2>&1 | tail -1 | tee -a "$OUT/queued.log"
+done
+if command -v compute-sanitizer > /dev/null; then
+  timeout 240 compute-sanitizer --tool memcheck build/runtime/aotpack-run "$PACKAGE" --device cuda --io device \
+    --sym batch=1 seq=128 --repeat 2 --queue 4 > "$OUT/queued_memcheck.log" 2>&1
+  echo "memcheck rc $?"; grep -E "ERROR SUMMARY" "$OUT/queued_memcheck.log"
+fi
