@@ -236,6 +236,7 @@ def test_runs_queued_on_a_torch_stream_follow_its_work_and_match_waiting_runs(mo
     (out, _) = queued.enqueue([good])  # torch's current stream
     np.testing.assert_array_equal(out.to_torch().cpu().numpy(), device_outputs(direct, good)[0])
     bad = torch.tensor([1, 2, 99], device="cuda")
+    torch.cuda.synchronize()  # written on the default stream, read on the side one
     queued.enqueue([bad], side)
     with pytest.raises(rt.AotpackError, match="outside") as info:
         queued.synchronize()
