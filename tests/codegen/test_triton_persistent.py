@@ -188,26 +188,40 @@ spec = ModelSpec(Path("block.py"), model, (x,), ("x",), {"x": {1: "seq"}}, {"seq
 plan = resolve_symbols(spec)
 program = lower(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()))
 products = [s for s in program.steps if isinstance(s, MatmulKernel)]
-config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
-render.matmul_config = lambda *args, **kwargs: config
-library = render_library(render.TritonRenderer(program, 90, tma=True))
-persistent = [k.name for k in library.kernels if k.persistent]
-report = {"products": len(products), "persistent": len(persistent), "errors": {}}
+
+def library(**kind):  # every product (each bucket's kernel) at one configuration
+    config = MatmulConfig(16, 32, 32, 8, 4, 3, **kind)
+    render.matmul_config = lambda *args, **kwargs: config
+    return render_library(render.TritonRenderer(program, 90, tma=True))
+
+libraries = {"persistent": library(persistent=True), "tiled_tma": library(tma=True), "pointers": library()}
+report = {"products": len(products), "kernels": {}, "errors": {}, "identical": {}}
+report["kernels"]["persistent"] = sum(k.persistent for k in libraries["persistent"].kernels)
+report["kernels"]["tiled_tma"] = sum(k.config is not None and k.config.tma for k in libraries["tiled_tma"].kernels)
+report["kernels"]["pointers"] = len(libraries["pointers"].kernels)
 for seq in (1, 17, 50, 300):
     x = torch.randn(1, seq, 40, dtype=torch.float16)
-    got, _ = run_program(program, library, [x])
+    got = {name: run_program(program, lib, [x])[0][0] for name, lib in libraries.items()}
     want = model.float()(x.float())
     model.half()
-    report["errors"][seq] = float((got[0].float() - want).abs().max() / want.abs().max())
+    for name in ("persistent", "tiled_tma"):
+        report["errors"][f"{name} {seq}"] = float((got[name].float() - want).abs().max() / want.abs().max())
+    report["identical"][seq] = bool(torch.equal(got["tiled_tma"], got["pointers"]))
 print(json.dumps(report))
 """
 
 
-def test_persistent_products_compute_the_model_in_the_triton_interpreter():
-    report = run_in_interpreter(RUN)
-    assert report["persistent"] == report["products"] == 2, report
-    for seq, err in report["errors"].items():
-        assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"
+@pytest.fixture(scope="module")
+def interpreted():
+    """RUN's report: the block's products as persistent, tiled-TMA and tiled pointer-load programs."""
+    return run_in_interpreter(RUN)
+
+
+def test_persistent_products_compute_the_model_in_the_triton_interpreter(interpreted):
+    assert interpreted["kernels"]["persistent"] == interpreted["products"] == 2, interpreted
+    for case, err in interpreted["errors"].items():
+        if case.startswith("persistent"):
+            assert err < 1e-2, f"{case} rows: relative error {err} against float32 eager"
 
 
 def test_tuning_offers_tiled_tma_products_on_hopper_for_many_rows_only(monkeypatch):
@@ -222,32 +236,11 @@ def test_tuning_offers_tiled_tma_products_on_hopper_for_many_rows_only(monkeypat
         forced(product(dtype="float32"), TILED_TMA, monkeypatch)
 
 
-TILED = RUN.replace("""config = MatmulConfig(16, 32, 32, 8, 4, 3, persistent=True)
-render.matmul_config = lambda *args, **kwargs: config
-library = render_library(render.TritonRenderer(program, 90, tma=True))
-persistent = [k.name for k in library.kernels if k.persistent]
-report = {"products": len(products), "persistent": len(persistent), "errors": {}}
-for seq in (1, 17, 50, 300):
-    x = torch.randn(1, seq, 40, dtype=torch.float16)
-    got, _ = run_program(program, library, [x])""", """def library(tma):
-    config = MatmulConfig(16, 32, 32, 8, 4, 3, tma=tma)
-    render.matmul_config = lambda *args, **kwargs: config
-    return render_library(render.TritonRenderer(program, 90, tma=True))
-with_tma, pointers = library(True), library(False)
-tiled = [k.name for k in with_tma.kernels if k.config is not None and k.config.tma]
-report = {"products": len(products), "tiled": len(tiled), "pointer": len(pointers.kernels), "errors": {}, "identical": {}}
-for seq in (1, 17, 50, 300):
-    x = torch.randn(1, seq, 40, dtype=torch.float16)
-    got, _ = run_program(program, with_tma, [x])
-    report["identical"][seq] = bool(torch.equal(got[0], run_program(program, pointers, [x])[0][0]))""")
-
-
-def test_tiled_tma_products_compute_what_pointer_loads_compute_in_the_triton_interpreter():
-    """The fused-epilogue block of the persistent test with every product (each bucket's kernel) tiled with TMA loads:
-    the same outputs as with pointer loads, bit for bit, at 1 to 300 rows."""
-    assert TILED != RUN
-    report = run_in_interpreter(TILED)
-    assert report["products"] == 2 and report["tiled"] == report["pointer"] >= 2, report
-    assert all(report["identical"].values()), report
-    for seq, err in report["errors"].items():
-        assert err < 1e-2, f"seq {seq}: relative error {err} against float32 eager"
+def test_tiled_tma_products_compute_what_pointer_loads_compute_in_the_triton_interpreter(interpreted):
+    """The same block with every product tiled with TMA loads: the same outputs as with pointer loads, bit for
+    bit, at 1 to 300 rows."""
+    assert interpreted["kernels"]["tiled_tma"] == interpreted["kernels"]["pointers"] >= 2, interpreted
+    assert all(interpreted["identical"].values()), interpreted
+    for case, err in interpreted["errors"].items():
+        if case.startswith("tiled_tma"):
+            assert err < 1e-2, f"{case} rows: relative error {err} against float32 eager"
