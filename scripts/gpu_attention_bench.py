@@ -94,7 +94,6 @@ def main() -> int:
     from aotpack.lowering.backends.cuda.attention_config import TMA_CANDIDATES, AttentionConfig
     from aotpack.lowering.backends.cuda.compile import FP_FUSION  # as packages compile their kernels
     from aotpack.lowering.backends.cuda.render import render_triton_library
-    from aotpack.lowering.codegen.library import render_library
     from aotpack.lowering.frontend.decompositions import decompositions
     from aotpack.lowering.ir.symbolic import evaluate
     from aotpack.lowering.stages import lower
@@ -121,15 +120,10 @@ def main() -> int:
         kernel = next(k for k in library.kernels if k.name == library.step_kernels[step])
         chosen = dict(kernel.constexprs)
         # the same step rendered with TMA loads, where its keys' and values' layout allows them
+        tma_renderer = render.TritonRenderer(program, 90, tma=True)
         tma_kernel = None
-        if render.TritonRenderer(program, 90, tma=True).attention_tma(program.steps[step]):
-            table = render.attention_config
-            render.attention_config = lambda *args, **kwargs: AttentionConfig(*TMA_CANDIDATES[0], tma=True)
-            try:
-                tma_library = render_library(render.TritonRenderer(program, 90, tma=True))
-            finally:
-                render.attention_config = table
-            tma_kernel = next(k for k in tma_library.kernels if k.name == tma_library.step_kernels[step])
+        if tma_renderer.attention_tma(program.steps[step]):
+            tma_kernel, _ = tma_renderer.render_with(program.steps[step], AttentionConfig(*TMA_CANDIDATES[0], tma=True))
         for seq in seqs:
             x = torch.randn(batch, seq, 16, dtype=torch.bfloat16)
             pad = example_pad(batch, seq) if "example" in name else _pad(batch, seq)
@@ -159,7 +153,7 @@ def main() -> int:
                 [(chosen["BM"], chosen["BN"], kernel.num_warps, kernel.num_stages, None),
                  *([] if CHOSEN_ONLY else CONFIGS)])]
             if tma_kernel is not None and not CHOSEN_ONLY:
-                tma_fn = compiled_as_packages(tma_library.source, tma_kernel.name)
+                tma_fn = compiled_as_packages(library.prelude + "\n" + tma_kernel.source, tma_kernel.name)
                 variants += [(tma_fn, (*c, None), " tma") for c in TMA_CANDIDATES]
             rows = evaluate(library.step_launches[step][1], state["values"])
             print(f"{name} seq {seq}: rel err vs fp32 eager {err:.2e} {errors or ''}; chosen {chosen} "
