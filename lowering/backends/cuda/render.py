@@ -145,7 +145,7 @@ class TritonRenderer(KernelRenderer):
             batch, head, row, inner = view.strides
             if inner != 1 or row == 0 or int(dim) > 256:
                 return False
-            if not all(_multiple_of(e * size, 16) for e in (view.offset, batch, head, row)):
+            if not _tma_aligned(size, view.offset, batch, head, row):
                 return False
         return self.max(k.kv_len) < 2**31
 
@@ -168,8 +168,8 @@ class TritonRenderer(KernelRenderer):
         b_row = b_sn if rows_n else b_sk
         if any(self.max(e) >= 2**31 for e in (k.m, k.n, k.k)):
             return None
-        aligned = all(_multiple_of(e * size, 16) for e in (k.a.offset, k.b.offset))
-        strides = all(_multiple_of(e * size, 16) and e != 0 for e in (a_sm, b_row))
+        aligned = _tma_aligned(size, k.a.offset, k.b.offset)
+        strides = _tma_aligned(size, a_sm, b_row) and 0 not in (a_sm, b_row)
         return rows_n if aligned and strides else None
 
     def operand_dtype(self, operand: Operand) -> str:
@@ -767,6 +767,12 @@ def _store_bytes(k: MatmulKernel) -> int:
 def _multiple_of(expr: sympy.Expr, n: int) -> bool:
     """Whether an integer expression of the size symbols is a multiple of n at every value of them."""
     return bool((sympy.sympify(expr) / n).is_integer)
+
+
+def _tma_aligned(itemsize: int, *elements: sympy.Expr) -> bool:
+    """Whether each offset or stride, in elements of `itemsize` bytes, is a multiple of the 16 bytes a TMA
+    descriptor's address and row strides must be, at every value of the size symbols."""
+    return all(_multiple_of(e * itemsize, 16) for e in elements)
 
 
 def _grid_dependency_lines(early: bool) -> list[str]:
