@@ -7,7 +7,8 @@
 #                                                                          # so they travel with the working tree)
 #   there: scripts/gpu_runtime_check.sh ab "$OUT"                        # logs and the A/B's JSON into $OUT
 #
-# Delete ab/ afterwards. Works without installing aotpack, as scripts/gpu_check.sh does.
+# Delete ab/ afterwards. OLD_SOURCES_DIR "-" skips the earlier runtime and the A/B (the tests and the queued runs'
+# timing alone, about 3 minutes less). Works without installing aotpack, as scripts/gpu_check.sh does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: scripts/gpu_runtime_check.sh OLD_SOURCES_DIR OUT_DIR}
@@ -23,7 +24,7 @@ build() {  # build <sources> <build dir> [cmake --build arguments]
     && cmake --build "$2" -j"$(nproc)" "${@:3}" >> "$log" 2>&1 || echo "BUILD FAILED: $2 (see $log)"
 }
 build runtime_cpp build/runtime
-build "$OLD/runtime_cpp" build/runtime_ab --target aotpack
+[ "$OLD" = - ] || build "$OLD/runtime_cpp" build/runtime_ab --target aotpack
 PACKAGE=${TMPDIR:-/tmp}/gpt2_ab.aotpack  # not under OUT_DIR: 250 MB that need not come back
 export AOTPACK_RUNTIME_LIB="$PWD/build/runtime/libaotpack.so"
 
@@ -36,10 +37,12 @@ AOTPACK_COMPILE_JOBS=1 timeout "${GPU_TEST_TIMEOUT:-330}" $PY -m pytest -q -p no
 echo "== GPU tests (rc $?)"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20; tail -3 "$OUT/gpu_tests.log"
 wait
 tail -1 "$OUT/export.log"
-echo "== runtime A/B ($OLD against this tree)"
-timeout "${AB_TIMEOUT:-180}" $PY scripts/runtime_ab.py "$PACKAGE" --model gpt2 --rounds 3 \
-  --lib build/runtime_ab/libaotpack.so --lib build/runtime/libaotpack.so --out "$OUT/runtime_ab.json" \
-  2>&1 | tee "$OUT/runtime_ab.log" | tail -4
+if [ "$OLD" != - ]; then
+  echo "== runtime A/B ($OLD against this tree)"
+  timeout "${AB_TIMEOUT:-180}" $PY scripts/runtime_ab.py "$PACKAGE" --model gpt2 --rounds 3 \
+    --lib build/runtime_ab/libaotpack.so --lib build/runtime/libaotpack.so --out "$OUT/runtime_ab.json" \
+    2>&1 | tee "$OUT/runtime_ab.log" | tail -4
+fi
 
 # Runs queued on a stream (aotpack_session_enqueue): their time a run next to a waited-for replay, then the same
 # path under compute-sanitizer's memcheck (graphs captured, replayed and queued) where the image has it.

@@ -275,3 +275,50 @@ def test_a_candidate_some_target_cannot_load_is_not_chosen(tmp_path):
     timer.failures.clear()
     assert timer.times(job) == [float("inf"), 0.9, float("inf")]
     assert len(timer.failures) == 2
+
+
+def test_a_candidate_whose_output_differs_from_the_tables_is_not_chosen(tmp_path):
+    """A candidate that computes something else (a miscompiled tile, a wrong mask) is never chosen, however fast:
+    each candidate's output is compared with the table's configuration's on the same buffers before it is
+    timed, also when the table's own time came from the cache (its output is made again). Rounding-sized
+    differences (another summation order) are not differences. The launches are stand-ins writing CPU tensors."""
+    from types import SimpleNamespace
+
+    timer = object.__new__(tuning.Timer)  # no GPU here: launches and clocks are stand-ins
+    timer.gpu, timer.arch, timer.shared_limit, timer.compiled = "H200", 90, None, {}
+    timer.cache, timer.failures, timer.measured, timer.cached = {}, [], 0, 0
+    timer.torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
+    timer.triton = SimpleNamespace(__version__="3.6.0", testing=SimpleNamespace(
+        do_bench=lambda launch, **_: (launch(), 1.0 - 0.1 * launched[-1])[1]))  # the later, the faster
+    program = lowered(512, 2048)
+    product = next(s for s in program.steps if isinstance(s, MatmulKernel))
+    renderer = TritonRenderer(program, 90)
+    candidates = [(c, *renderer.render_with(product, c))
+                  for c in matmul_candidates(2048, 2304, 512, "bfloat16", 90)[:4]]
+    values = {s.expr: s.max for s in program.symbols}
+    job = tuning.Job(product, tuple(renderer.args(product)), candidates, [values])
+    truth = torch.randn(64, 48)
+    # candidate 1 off by an element's size at one place, 2 off by rounding, 3 with a NaN the table has not
+    outputs = [truth, truth.clone().index_put_((torch.tensor(3), torch.tensor(5)), torch.tensor(9.0)),
+               truth * (1 + 1e-3), truth.clone().index_put_((torch.tensor(0), torch.tensor(0)), torch.tensor(float("nan")))]
+    launched: list[int] = []
+
+    def launcher(kernel, grid, values, buffers):
+        i = next(i for i, (_, k, _) in enumerate(candidates) if k is kernel)
+        return lambda: (launched.append(i), buffers[-1].copy_(outputs[i]))
+
+    timer._launcher = launcher
+    timer._buffer = lambda name, values, mask_only=False: torch.zeros(64, 48)
+    totals = timer.times(job)
+    assert totals[0] == 1.0 and totals[2] == pytest.approx(0.8)
+    assert totals[1] == totals[3] == float("inf")
+    assert [f.split(":")[0] for f in timer.failures] == [candidates[1][1].name, candidates[3][1].name]
+    assert "output differs from the table's configuration's (largest difference" in timer.failures[0]
+    assert "NaN or infinity" in timer.failures[1]
+    # the table's time cached, the others not: its output is made again (one launch, untimed) to compare with
+    for _, kernel, _ in candidates[1:]:
+        del timer.cache[timer._key(kernel, values)]
+    launched.clear()
+    timer.failures.clear()
+    assert timer.times(job)[1:] == [float("inf"), pytest.approx(0.8), float("inf")]
+    assert launched[0] == 0 and launched.count(0) == 1 and len(timer.failures) == 2

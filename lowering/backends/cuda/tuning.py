@@ -5,8 +5,10 @@ its deciding size (codegen/library.py) at the table's configuration (matmul_conf
 and, where the bucket's work is large enough for the configuration to matter, at each candidate
 configuration too. The candidates are compiled exactly as the package's kernels are (compile.py), launched
 through Triton's launcher on buffers of random values at the bucket's representative sizes (its top and its
-middle) and timed with triton.testing.do_bench (cold L2, median). The second pass renders each step and
-bucket at the configuration with the least time summed over those sizes.
+middle) and timed with triton.testing.do_bench (cold L2, median). Each candidate's output is compared with the
+table's configuration's on the same buffers first: one that differs (a miscompiled or wrong kernel) is not
+chosen and is reported, so a wrong candidate costs its speed, never the export. The second pass renders each
+step and bucket at the configuration with the least time summed over those sizes.
 
 Times are cached by GPU, Triton version, kernel (its name hashes its source and configuration) and sizes,
 in the cache folder's tuning/ (AOTPACK_CACHE_DIR): exporting the same model again times nothing and chooses
@@ -50,7 +52,13 @@ PEAK_FLOPS = 400e12  # dense half-precision tensor-core FLOP/s
 PEAK_BYTES = 3e12  # memory bytes/s
 
 Config = MatmulConfig | AttentionConfig
-INPUTS = "mask-ones"  # how timed buffers are filled (Timer._buffer), in the cache's keys: times of other fills are stale
+# How timed buffers are filled (Timer._buffer) and what a time vouches for (its output checked against the
+# table's, since session 30), in the cache's keys: times of other fills, or unchecked ones, are stale.
+INPUTS = "mask-ones,checked"
+# A candidate's output differs from the table's when their largest difference exceeds this fraction of the
+# table's largest magnitude: far above two summation orders' rounding (bf16: 2^-8 of an element at most),
+# far below what a wrong tile, mask or index gives (of the order of the values themselves).
+MISMATCH = 2e-2
 
 
 @dataclass
@@ -194,11 +202,14 @@ class Timer:
         return self.shared_limit is not None and shared is not None and shared > self.shared_limit
 
     def compile(self, jobs: list[Job]) -> None:
-        """Every candidate that some size of its job has no cached time for, compiled in one batch."""
+        """Every candidate that some size of its job has no cached time for, compiled in one batch, with its
+        job's table configuration (whose output it is checked against)."""
         from .compile import launchable_kernels
 
-        todo = {k.name: k for job in jobs for _, k, _ in job.candidates
-                if any(self._key(k, v) not in self.cache for v in job.sizes)}
+        todo: dict[str, TritonKernel] = {}
+        for job in jobs:
+            stale = [k for _, k, _ in job.candidates if any(self._key(k, v) not in self.cache for v in job.sizes)]
+            todo.update({k.name: k for k in ([job.candidates[0][1], *stale] if stale else [])})
         self.compiled.update(launchable_kernels(self.prelude, list(todo.values()), self.arch or 90))
 
     def times(self, job: Job) -> list[float]:
@@ -207,13 +218,22 @@ class Timer:
         mask_only = _mask_only_buffers(job.kernel)
         for values in job.sizes:
             buffers = None  # allocated once per size, for the candidates not in the cache
+            # The table's configuration's output on those buffers (the output is the last), which the others'
+            # must match; None where the table's cannot run here (nothing to compare with).
+            reference, referenced = None, False
             for i, (_, kernel, grid) in enumerate(job.candidates):
                 key = self._key(kernel, values)
                 if key in self.cache:
                     self.cached += 1
                 else:
                     buffers = buffers or [self._buffer(b, values, b in mask_only) for b in job.args]
-                    self.cache[key] = self._time(kernel, grid, values, buffers)
+                    if i > 0 and not referenced:  # the table's time was cached: its output is made again
+                        _, table, table_grid = job.candidates[0]
+                        reference, referenced = self._output(table, table_grid, values, buffers), True
+                    self.cache[key] = self._time(kernel, grid, values, buffers, reference)
+                    if i == 0:
+                        finite = self.cache[key] < float("inf")
+                        reference, referenced = (buffers[-1].clone() if finite else None), True
                     self.measured += 1
                 totals[i] += self.cache[key]
         # A candidate some target cannot load is not chosen, the table's either: where none fits, the table's stays
@@ -227,13 +247,44 @@ class Timer:
         return totals
 
     def _time(self, kernel: TritonKernel, grid: tuple[sympy.Expr, ...], values: dict[sympy.Symbol, int],
-              buffers: list[Any]) -> float:
+              buffers: list[Any], reference: Any = None) -> float:
         """Median milliseconds of one launch at `values`; infinity for a candidate that does not compile or
-        launch here (too much shared memory, say)."""
+        launch here (too much shared memory, say) or whose output differs from `reference`."""
+        try:
+            launch = self._launcher(kernel, grid, values, buffers)
+            if launch is None:
+                return 0.0
+            launch()
+            self.torch.cuda.synchronize()
+            if reference is not None and (difference := _difference(buffers[-1], reference)):
+                self.failures.append(f"{kernel.name}: its output differs from the table's configuration's "
+                                     f"({difference}); not chosen")
+                return float("inf")
+            return float(self.triton.testing.do_bench(launch, warmup=5, rep=20, return_mode="median"))
+        except Exception as e:  # noqa: BLE001 - a candidate that cannot launch here is not chosen
+            self.failures.append(f"{kernel.name}: {type(e).__name__}: {str(e)[:200]}")
+            return float("inf")
+
+    def _output(self, kernel: TritonKernel, grid: tuple[sympy.Expr, ...], values: dict[sympy.Symbol, int],
+                buffers: list[Any]) -> Any:
+        """The kernel's output on `buffers` (one launch); None where it cannot launch (nothing to compare with)."""
+        try:
+            launch = self._launcher(kernel, grid, values, buffers)
+            if launch is None:
+                return None
+            launch()
+            self.torch.cuda.synchronize()
+            return buffers[-1].clone()
+        except Exception:  # noqa: BLE001 - the table's failure was reported when it was timed
+            return None
+
+    def _launcher(self, kernel: TritonKernel, grid: tuple[sympy.Expr, ...], values: dict[sympy.Symbol, int],
+                  buffers: list[Any]) -> Callable[[], Any] | None:
+        """One launch of the kernel at `values` on `buffers`, as a call; None for an empty grid. Raises for a
+        candidate that did not compile."""
         compiled = self.compiled.get(kernel.name)
         if compiled is None or isinstance(compiled, Exception):
-            self.failures.append(f"{kernel.name}: {compiled}")
-            return float("inf")
+            raise RuntimeError(f"not compiled: {compiled}")
         self.cache[self._shared_key(kernel)] = float(compiled.metadata.shared)
         torch = self.torch
         symbols = self.program.symbols
@@ -246,20 +297,13 @@ class Timer:
         args += [v for _, v in kernel.constexprs]
         blocks = tuple(evaluate(g, values) for g in grid)
         if min(blocks) <= 0:
-            return 0.0
-        try:
-            launch = compiled[blocks]
-            # Triton's launcher takes a kernel's global scratch (persistent products' TMA descriptors) from
-            # the allocator set for the calling context: set in a copy, so the exporting process keeps its own.
-            context = contextvars.copy_context()
-            context.run(self.triton.set_allocator, _scratch_allocator)
-            context.run(launch, *args)
-            torch.cuda.synchronize()
-            return float(context.run(self.triton.testing.do_bench, lambda: launch(*args), warmup=5, rep=20,
-                                     return_mode="median"))
-        except Exception as e:  # noqa: BLE001 - a candidate that cannot launch here is not chosen
-            self.failures.append(f"{kernel.name}: {type(e).__name__}: {str(e)[:200]}")
-            return float("inf")
+            return None
+        launch = compiled[blocks]
+        # Triton's launcher takes a kernel's global scratch (TMA descriptors) from the allocator set for the
+        # calling context: set in a copy, so the exporting process keeps its own.
+        context = contextvars.copy_context()
+        context.run(self.triton.set_allocator, _scratch_allocator)
+        return lambda: context.run(launch, *args)
 
     def _buffer(self, name: str, values: dict[sympy.Symbol, int], mask_only: bool = False):
         """A buffer of random values (floating) or zeros (integers: indices stay in range) at `values`; ones for
@@ -281,6 +325,19 @@ class Timer:
     def save(self) -> None:
         """The cache file with this export's times added (callers hold the timing lock)."""
         write_cache_file(self.path, json.dumps({**_read_cache(self.path), **self.cache}, sort_keys=True))
+
+
+def _difference(output: Any, reference: Any) -> str:
+    """How `output` differs from `reference` beyond MISMATCH, or "" where it does not. A NaN or infinity where
+    the reference has a finite value (or none where it has one) is a difference."""
+    out, ref = output.float(), reference.float()
+    if not bool((out.isfinite() == ref.isfinite()).all()):
+        return "NaN or infinity where the table's output has none, or none where it has one"
+    finite = ref.isfinite()
+    scale = float(ref[finite].abs().max()) if bool(finite.any()) else 0.0
+    largest = float((out[finite] - ref[finite]).abs().max()) if bool(finite.any()) else 0.0
+    return f"largest difference {largest:.3g} against largest magnitude {scale:.3g}" \
+        if largest > MISMATCH * max(scale, 1e-30) else ""
 
 
 def _mask_only_buffers(kernel: Kernel) -> frozenset[str]:
