@@ -162,7 +162,7 @@ def tuned_library(program: Program, archs: tuple[int, ...],
                             f"{_describe(job.candidates[fastest][0])} {totals[fastest]:.4f} ms (summed over "
                             f"{len(job.sizes)} sizes)")
         if timer.failures:
-            report.line(f"note: {len(timer.failures)} tuning candidates could not run here and were not chosen; "
+            report.line(f"note: {len(timer.failures)} tuning candidates could not run here or computed another result, and were not chosen; "
                         f"the first: {timer.failures[0]}")
         report.line(f"tuned {len(tuning.jobs)} kernel buckets ({timer.measured} timings, {timer.cached} from the cache) "
                     f"in {time.perf_counter() - start:.1f} s: {len(tuning.chosen)} changed from the table's choice")
