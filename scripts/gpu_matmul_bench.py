@@ -194,15 +194,22 @@ def main() -> int:
         weights_t = [c.T if layout == "linear" else c for c in copies]
         cublas_ms = do_bench_cudagraph(lambda x=x: [torch.matmul(x, bb) for bb in weights_t]) / len(copies)
         point = {"shape": name, "m": m, "n": n, "k": k, "layout": layout, "cublas_ms": cublas_ms, "configs": []}
+        # A split-K table kernel takes its counts and partial sums (sized for the table's tiles, so the sweep's
+        # other tiles are not timed with it) and its other constexprs (SPLIT_K), as rendered_launcher passes them.
+        split = [] if not kernel.split_programs else [
+            torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
+            torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
         for bm, bn, bk, warps, stages in configs:
+            if split and (bm, bn, bk) != (table["BM"], table["BN"], table["BK"]):
+                continue
             launch_grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1) if (bm, bn) != (table["BM"], table["BN"]) \
                 else tuple(evaluate(g, values) for g in grid)
 
             def run(bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, launch_grid=launch_grid, fn=fn, x=x,
-                    out=out, m=m, group_m=table["GROUP_M"], weights=(w,)):
+                    out=out, m=m, split=split, table=table, weights=(w,)):
                 for weight in weights:
-                    fn[launch_grid](x, weight, out, m, BM=bm, BN=bn, BK=bk, GROUP_M=group_m, num_warps=warps,
-                                    num_stages=stages)
+                    fn[launch_grid](x, weight, out, m, *split, **{**table, "BM": bm, "BN": bn, "BK": bk},
+                                    num_warps=warps, num_stages=stages)
 
             try:
                 run()
