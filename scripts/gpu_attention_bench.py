@@ -7,7 +7,7 @@ at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its p
 Triton's JIT (tests/codegen/triton_interp.py) to check the result against eager, then times the attention
 kernel at the configuration the exporter picks and at others, next to torch.nn.functional's sdpa on the same
 inputs; where the layout allows it, also the kernel rendered with TMA loads of its keys and values at the blocks
-tuning times that way (attention_config.TMA_CANDIDATES, lines marked "tma"). Prints one line per measurement:
+(attention_config.TMA_CANDIDATES, lines marked "tma"; tuning does not offer them). Prints one line per measurement:
 milliseconds and TFLOP/s. Needs a GPU.
 """
 

@@ -69,14 +69,15 @@ def test_tma_loads_the_keys_and_values_of_aligned_half_layouts_only():
     assert isinstance(kernel.k, StridedView)
 
 
-def test_tuning_offers_tma_attention_on_hopper_only():
+def test_neither_the_table_nor_tuning_offers_tma_attention():
+    """Measured slower than pointer loads on the H200 at every shape timed (session 30): the benchmark's alone."""
     program = half_program("gqa_causal_dim80")
     kernel = attention_step(program)
-    for tma, expected in ((True, True), (False, False)):
+    for tma in (True, False):
         renderer = render.TritonRenderer(program, 90, tma=tma)
         candidates = renderer.candidates(kernel)
-        assert candidates[0] == render.attention_config(160, 160, 80, False)  # the table's first, without TMA
-        assert any(c.tma for c in candidates) is expected
+        assert candidates[0] == render.attention_config(160, 160, 80, False)  # the table's first
+        assert len(candidates) > 1 and not any(c.tma for c in candidates)
     # the table never chooses it, and forcing it where TMA cannot run is refused
     assert not any(k.config.tma for k in render.render_triton_library(program, (90,)).kernels
                    if isinstance(k.config, AttentionConfig))

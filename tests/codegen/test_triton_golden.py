@@ -38,7 +38,7 @@ def test_rendered_triton_kernel_matches_golden(case):
 
 def test_attention_with_tma_loads_matches_golden():
     """The additive-padding case in half precision with its keys and values loaded through TMA descriptors, the
-    variant tuning times on Hopper (attention_config.TMA_CANDIDATES)."""
+    variant scripts/gpu_attention_bench.py times on Hopper (attention_config.TMA_CANDIDATES)."""
     import dataclasses
 
     program = CASES["attention_padding"]

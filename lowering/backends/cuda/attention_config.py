@@ -6,11 +6,13 @@ at head dims 64 and 128, causal or masked: at seq 2048, 1.3-1.4x faster than 128
 causal attention, level with them for a padding mask. float32 operands take twice the shared memory and
 registers: at head dims above 64, 32 keys per block.
 
-On Hopper (sm_90+ targets) tuning also times each of TMA_CANDIDATES with its blocks of keys and values loaded
-by the tensor memory accelerator (`tma`: descriptors the kernel makes in its global scratch, out-of-bounds
-elements read as zero) instead of masked pointer loads, where the layout allows it (render.py
-`attention_tma`). Not the table's choice: no GPU has timed it yet (session 29); tuning keeps it only where
-it measures faster.
+The kernel can also load its blocks of keys and values through the tensor memory accelerator (`tma`:
+descriptors the kernel makes in its global scratch, out-of-bounds elements read as zero) instead of masked
+pointer loads, where the layout allows it (render.py `attention_tma`). Neither the table nor tuning offers
+it: on the H200 (session 30, scripts/gpu_attention_bench.py at seq 2048) each of TMA_CANDIDATES was 10-24%
+slower than the same blocks with pointer loads for BERT's padded, GPT-2's causal and the Llama shape's GQA
+attention, with identical outputs, and a candidate that never wins only costs export time (each is compiled).
+The benchmark still times them ("tma" lines).
 """
 
 from __future__ import annotations
@@ -65,16 +67,15 @@ HALF_CANDIDATES = ((64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 8, 
                    (128, 64, 8, 3), (128, 128, 8, 3), (64, 32, 4, 3), (64, 128, 4, 3))
 
 
-# The blocks tuning also times with TMA loads: the table's, its deeper pipeline, and the 128-row shape (two warp
-# groups) that was nearest to it with pointer loads; three, to keep export time (every candidate is compiled).
+# The blocks scripts/gpu_attention_bench.py times with TMA loads: the table's, its deeper pipeline, and the
+# 128-row shape (two warp groups) that was nearest to it with pointer loads.
 TMA_CANDIDATES = ((64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 2))
 
 
-def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool,
-                         tma: bool = False) -> list[AttentionConfig]:
-    """What tuning times: the table's choice first, then the other blocks that fit the sizes and, where `tma`
-    (the targets and the kernel's layout allow it), TMA_CANDIDATES with TMA loads. float32 attention keeps the
-    table's choice (its blocks are bounded by shared memory, not tuned)."""
+def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool) -> list[AttentionConfig]:
+    """What tuning times: the table's choice first, then the other blocks that fit the sizes (pointer loads: see
+    the module's docstring on TMA). float32 attention keeps the table's choice (its blocks are bounded by shared
+    memory, not tuned)."""
     chosen = attention_config(q_max, kv_max, head_dim, wide)
     if wide:
         return [chosen]
@@ -83,5 +84,4 @@ def attention_candidates(q_max: int, kv_max: int, head_dim: int, wide: bool,
         return c[0] <= max(16, _pow2(q_max)) and c[1] <= max(16, _pow2(kv_max)) and not (head_dim > 128 and c[1] > 64)
 
     fits = [AttentionConfig(*c) for c in HALF_CANDIDATES if fit(c)]
-    with_tma = [AttentionConfig(*c, tma=True) for c in TMA_CANDIDATES if tma and fit(c)]
-    return list(dict.fromkeys([chosen, *fits, *with_tma]))
+    return list(dict.fromkeys([chosen, *fits]))

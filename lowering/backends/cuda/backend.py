@@ -10,7 +10,6 @@ from ...codegen.library import RenderedLibrary
 from ...codegen.printer import to_json
 from ...ir.kernels import Program
 from ..interface import Artifacts, Backend, LayoutPass
-from .attention_config import AttentionConfig
 from .render import TritonKernel, render_triton_library
 from .weight_layout import transpose_kn_weights
 
@@ -59,8 +58,7 @@ class CudaBackend(Backend):
             "kernels": [{"name": k.name, "symbols": list(k.symbols), "errors": list(k.errors), "family": k.family,
                          "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
                                     **({"persistent_tma": True} if k.persistent else {}),
-                                    **({"tma_loads": True} if isinstance(k.config, AttentionConfig) and k.config.tma
-                                       else {}),
+                                    **({"tma_loads": True} if getattr(k.config, "tma", False) else {}),
                                     **({"early_launch": True} if k.early_launch else {}),
                                     **({"l2_prefetch": True} if k.l2_prefetch else {}),
                                     **({"paired": True} if k.paired else {})},

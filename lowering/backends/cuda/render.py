@@ -130,7 +130,7 @@ class TritonRenderer(KernelRenderer):
                                      store_bytes=_store_bytes(kernel))
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
-                                        kernel.dtype == "float32", tma=self.tma and self.attention_tma(kernel))
+                                        kernel.dtype == "float32")
         return []
 
     def attention_tma(self, k: AttentionKernel) -> bool:
