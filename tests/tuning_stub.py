@@ -13,6 +13,7 @@ class LastCandidateTimer:
     def __init__(self, program, prelude, arch, shared_limit=None):
         self.measured = self.cached = 0
         self.failures: list[str] = []
+        self.mismatches: list[str] = []
 
     def compile(self, jobs):
         pass

@@ -286,7 +286,7 @@ def test_a_candidate_whose_output_differs_from_the_tables_is_not_chosen(tmp_path
 
     timer = object.__new__(tuning.Timer)  # no GPU here: launches and clocks are stand-ins
     timer.gpu, timer.arch, timer.shared_limit, timer.compiled = "H200", 90, None, {}
-    timer.cache, timer.failures, timer.measured, timer.cached = {}, [], 0, 0
+    timer.cache, timer.failures, timer.mismatches, timer.measured, timer.cached = {}, [], [], 0, 0
     timer.torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
     timer.triton = SimpleNamespace(__version__="3.6.0", testing=SimpleNamespace(
         do_bench=lambda launch, **_: (launch(), 1.0 - 0.1 * launched[-1])[1]))  # the later, the faster
@@ -312,13 +312,13 @@ def test_a_candidate_whose_output_differs_from_the_tables_is_not_chosen(tmp_path
     totals = timer.times(job)
     assert totals[0] == 1.0 and totals[2] == pytest.approx(0.8)
     assert totals[1] == totals[3] == float("inf")
-    assert [f.split(":")[0] for f in timer.failures] == [candidates[1][1].name, candidates[3][1].name]
-    assert "output differs from the table's configuration's (largest difference" in timer.failures[0]
-    assert "NaN or infinity" in timer.failures[1]
+    assert [f.split(" ")[0] for f in timer.mismatches] == [candidates[1][1].name, candidates[3][1].name]
+    assert "bm=" in timer.mismatches[0] and "): largest difference" in timer.mismatches[0]
+    assert "NaN or infinity" in timer.mismatches[1] and timer.failures == []
     # the table's time cached, the others not: its output is made again (one launch, untimed) to compare with
     for _, kernel, _ in candidates[1:]:
         del timer.cache[timer._key(kernel, values)]
     launched.clear()
-    timer.failures.clear()
+    timer.mismatches.clear()
     assert timer.times(job)[1:] == [float("inf"), pytest.approx(0.8), float("inf")]
-    assert launched[0] == 0 and launched.count(0) == 1 and len(timer.failures) == 2
+    assert launched[0] == 0 and launched.count(0) == 1 and len(timer.mismatches) == 2
