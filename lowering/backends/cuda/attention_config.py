@@ -9,7 +9,7 @@ registers: at head dims above 64, 32 keys per block.
 The kernel can also load its blocks of keys and values through the tensor memory accelerator (`tma`:
 descriptors the kernel makes in its global scratch, out-of-bounds elements read as zero) instead of masked
 pointer loads, where the layout allows it (render.py `attention_tma`). Neither the table nor tuning offers
-it: on the H200 (session 30, scripts/gpu_attention_bench.py at seq 2048) each of TMA_CANDIDATES was 10-24%
+it: on the H200 (session 30, scripts/gpu_attention_bench.py at seq 2048) each of TMA_CANDIDATES was 8-24%
 slower than the same blocks with pointer loads for BERT's padded, GPT-2's causal and the Llama shape's GQA
 attention, with identical outputs, and a candidate that never wins only costs export time (each is compiled).
 The benchmark still times them ("tma" lines).
