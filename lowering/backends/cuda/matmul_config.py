@@ -17,7 +17,8 @@ The rule aims at the two regimes a declared range spans:
   descriptors (templates/triton/matmul_persistent.py.jinja), one program per SM walking the output tiles.
   The table chooses them where they measured faster (`_persistent_tiles`: from 2048 rows, and vocabulary
   products from 129); tuning times them from TMA_MIN_ROWS rows, and tiled programs loading through TMA
-  too (TILED_TMA_CANDIDATES, which no table chooses yet).
+  too (TILED_TMA_CANDIDATES, which no table chooses: slower than their pointer-load twins alone on the
+  H200, chosen by tuning in a few buckets where they measured faster in the model; session 30).
 
 SM counts per architecture size the grid target; an unknown architecture gets the smallest listed.
 scripts/gpu_matmul_bench.py measures these choices against other tiles and against cuBLAS.
@@ -46,7 +47,7 @@ class MatmulConfig:
     # finish adds their partial sums in a fixed order and stores the tile (templates/triton/matmul.py.jinja)
     split_k: int = 1
     # a tiled program (one tile each) loading its operands through TMA descriptors, as the persistent ones do
-    # (sm_90+; tuning's candidate only: TILED_TMA_CANDIDATES)
+    # (sm_90+; tuning's candidates only: TILED_TMA_CANDIDATES)
     tma: bool = False
 
 
@@ -205,7 +206,8 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
 # Tiled programs with TMA loads tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows, no split-K):
 # the tile tuning chose for GPT-2's layers at 2048 rows (64 x 128, where the persistent programs, whose loads are
 # TMA's too, were slower) and the table's large ones; three, to keep export time (every candidate is compiled).
-# Session 29, not timed yet: in the table nowhere. (BM, BN, BK, warps, stages)
+# In the table nowhere: on the H200 (session 30, gpu_matmul_bench --persistent) each was 4-26% slower than its
+# pointer-load twin alone, but tuning chose them in three of the Llama shape's buckets. (BM, BN, BK, warps, stages)
 TILED_TMA_CANDIDATES = ((64, 128, 64, 4, 4), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3))
 
 
