@@ -318,7 +318,7 @@ def cold_start_fresh_process(package: Path, batch: int, repeat: int = 3) -> dict
             "parts": parse_timings(last.stderr), "stdout": last.stdout.strip().splitlines()[-1]}
 
 
-def cpp_replay_ms(package: Path, names: list[str], inputs: list, repeat: int) -> tuple[float | str, float | str]:
+def cpp_replay_and_queued_ms(package: Path, names: list[str], inputs: list, repeat: int) -> tuple[float | str, float | str]:
     """`aotpack-run --io device` on the same inputs: the C++ runtime alone in a process of its own, no Python
     binding, which is what a C++ service sees. Its median replay, waited for one run at a time, and a run's share
     of `repeat` runs queued back to back (`--queue`: what a service that keeps the GPU fed pays); a string saying
@@ -414,8 +414,8 @@ def bench_model(name: str, exported: dict, seqs: tuple[int, ...], emit: Callable
         p["graphs_equal_direct"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(graphs.run(dev), direct.run(dev)))
         measure_point(p, graphs, no_pdl, direct, host, dev, host_in, repeat, families)
-        p["aotpack_cpp_ms"], p["aotpack_cpp_queued_ms"] = cpp_replay_ms(package, [i.name for i in aot.inputs], inputs,
-                                                                        4 * repeat)
+        p["aotpack_cpp_ms"], p["aotpack_cpp_queued_ms"] = cpp_replay_and_queued_ms(
+            package, [i.name for i in aot.inputs], inputs, 4 * repeat)
         p["no_pdl_equal_graphs"] = all(torch.equal(a.to_torch(), b.to_torch())
                                        for a, b in zip(no_pdl.run(dev), graphs.run(dev)))
         p["eager_ms"] = eager_ms(bf16_model, dev, repeat)

@@ -602,7 +602,7 @@ def test_the_benchmark_reads_the_tools_replay_and_queued_times(runtime_build, pa
         import torch
         sys.path.insert(0, {str(REPO / "scripts")!r})
         import gpu_bench
-        replay, queued = gpu_bench.cpp_replay_ms(__import__("pathlib").Path({str(path)!r}), ["x"], [torch.ones(5, 8)], 6)
+        replay, queued = gpu_bench.cpp_replay_and_queued_ms(__import__("pathlib").Path({str(path)!r}), ["x"], [torch.ones(5, 8)], 6)
         print(replay, queued)
         assert isinstance(replay, float) and isinstance(queued, float), (replay, queued)
         """,
