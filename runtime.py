@@ -396,8 +396,8 @@ class DeviceTensor:
 
     def to_torch(self) -> Any:
         """A torch tensor on the same device holding a copy, which outlives the next run. The copy is made on
-        torch's current stream, after which Session.run() overwrites the outputs (it runs on that stream, or waits for it), and after
-        the stream of an enqueue()'s run (on the device: this does not wait)."""
+        torch's current stream, which Session.run() waits for before it overwrites the outputs, after the stream
+        of an enqueue()'s run (on the device: this does not wait)."""
         import torch
 
         if self.stream is not None:
@@ -486,11 +486,6 @@ class Session:
         self._output = _Tensor()
         self._last_outputs: list[DeviceTensor | None] = [None] * len(model.outputs)
         self._run_lock = threading.Lock()
-        # enqueue() queued a run that no wait has settled since: the next run() takes the runtime's synchronous
-        # call, which settles it first and reports a failure of that run as that run's
-        self._queued = False
-        # a runtime that predates aotpack_session_enqueue runs synchronously on its own stream only
-        self._can_queue = hasattr(self._lib, "aotpack_session_enqueue") and hasattr(self._lib, "aotpack_session_synchronize")
 
     @property
     def io(self) -> str:
@@ -565,24 +560,18 @@ class Session:
         shape[: len(dims)] = dims
         tensor.dtype, tensor.rank, tensor.data = code, len(dims), value.data_ptr() or None
 
-    def _torch_stream(self) -> int | None:
-        """torch's current CUDA stream on the session's device, as a CUstream handle; None where torch has not
-        initialised CUDA in this process (then no work of torch's can be writing the inputs)."""
+    def _wait_for_torch(self) -> None:
+        # The session's stream does not wait for other streams: work on torch's current stream that writes
+        # the inputs (or copies the previous outputs, see DeviceTensor.to_torch) must be complete first.
         torch = sys.modules.get("torch")
-        if torch is None or not torch.cuda.is_initialized():
-            return None
-        # The raw handle, as Triton's launcher reads it: torch.cuda.current_stream() makes a Stream object, which
-        # took 7.5 us on a slow H200 host (session 30), a sixth of a small model's whole run() there.
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        return raw(self._device_index) if raw else torch.cuda.current_stream(self._device_index).cuda_stream
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.current_stream(self._device_index).synchronize()
 
     def run(self, inputs: Sequence[Any] | Mapping[str, Any], copy: bool = True) -> list[np.ndarray] | list[DeviceTensor]:
         """Runs the model; inputs in signature order or by name. A host-I/O session takes arrays and returns
         copies of the outputs as numpy arrays (copy=False: read-only arrays over the session's own output
         memory, no copy, valid until the next run); a device-I/O session takes CUDA tensors (contiguous, with
-        data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run. A
-        device-I/O run starts after the work queued on torch's current stream (it is queued there, where torch
-        has initialised CUDA) and returns when it has ended."""
+        data_ptr(), dtype and shape, like torch's) and returns DeviceTensors, valid until the next run."""
         if not self._handle.value:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
         ordered = self._ordered(inputs)
@@ -602,25 +591,12 @@ class Session:
             args = self._device_args if len(ordered) == self._device_args.count else _DeviceArgs(len(ordered))
             for i, value in enumerate(ordered):
                 self._fill_device_tensor(i, value, args.tensors[i], args.shapes[i])
-            if stream is not None:
-                self._queued = True
-                _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), stream))
-                return self._device_outputs(stream)
-            # A synchronous run must start after the work on torch's current stream, which may be writing its
-            # inputs (or copying the previous outputs, see DeviceTensor.to_torch). Queued on that stream, it follows
-            # that work on the device and the host waits once, for the run's end; the session's own stream would
-            # need the host to wait for torch's stream first.
-            torch_stream = self._torch_stream()
-            if torch_stream is not None and self._can_queue and not self._queued:
-                self._queued = True  # until the wait returns: a run the failure leaves queued is settled next time
-                _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), torch_stream))
-                _check(self._lib.aotpack_session_synchronize(self._handle))
-            else:
-                if torch_stream is not None:
-                    sys.modules["torch"].cuda.current_stream(self._device_index).synchronize()
+            if stream is None:
+                self._wait_for_torch()
                 _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
-            self._queued = False
-            return self._device_outputs(None)
+            else:
+                _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), stream))
+            return self._device_outputs(stream)
         finally:
             self._run_lock.release()
 
@@ -655,7 +631,6 @@ class Session:
             raise AotpackError(StatusCode.INVALID_ARGUMENT, "the session is closed (Session.close()); make a new one")
         if hasattr(self._lib, "aotpack_session_synchronize"):
             _check(self._lib.aotpack_session_synchronize(self._handle))
-        self._queued = False
 
     def _device_outputs(self, stream: int | None = None) -> list[DeviceTensor]:
         # A device-I/O session's outputs stay at one address, so a run at the shape of the last run gives the same

@@ -1309,66 +1309,6 @@ for _ in range(2):
     assert lines[4] == "ran (3, 4)", lines
 
 
-# torch as runtime.py sees it where CUDA is initialised: its current stream is the fake driver's caller stream 0,
-# and a host wait for that stream prints a line
-TORCH_WITH_CUDA = """
-import sys, types
-class TorchStream:
-    def synchronize(self):
-        print("torch stream synchronize", flush=True)
-torch = types.ModuleType("torch")
-torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, current_stream=lambda device: TorchStream())
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: streams[0])
-sys.modules["torch"] = torch
-"""
-
-
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "no_graphs"])
-def test_a_run_beside_torch_goes_on_torchs_current_stream(runtime_build, package, tmp_path, graphs):
-    """Where torch has initialised CUDA, a device-I/O run() is queued on torch's current stream, after the work there,
-    and the host waits once, for the run's end: not for torch's stream first, nor for the session's. After a run
-    enqueue() queued and nobody waited for, run() takes the synchronous call (torch's stream waited for on the
-    host), which settles that run first; the run after it is queued on torch's stream again."""
-    path, steps = package
-    trace = tmp_path / "trace.txt"
-    result = run_python(
-        runtime_build,
-        QUEUE + TORCH_WITH_CUDA + f"""
-session = rt.Model({str(path)!r}).session(device="cuda", io="device", cuda_graphs={graphs})
-x = alloc(16 * 8 * 4)
-mark("MARK run")
-(out,) = session.run([Dev(x, (3, 8))])
-assert out.shape == (3, 4) and out.stream is None, out
-mark("MARK run again")
-session.run([Dev(x, (3, 8))])
-mark("MARK queued")
-session.enqueue([Dev(x, (3, 8))], streams[1])
-mark("MARK run after a queued run")
-session.run([Dev(x, (3, 8))])
-mark("MARK run after that")
-session.run([Dev(x, (3, 8))])
-""",
-        FAKE_CUDA_TRACE=str(trace),
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    parts = between_marks(trace, result.stdout)
-    event = next(line.split(" = ")[1] for line in parts["MARK run"] if line.startswith("cuEventCreate(2) = "))
-    run_work = ["cuGraphLaunch"] if graphs else ["cuLaunchKernel"] * steps
-    for mark in ("MARK run", "MARK run again", "MARK run after that"):
-        lines = parts[mark]
-        assert [line.split("(")[0] for line in lines if line.endswith(" on caller stream 0")] == [*run_work, "cuEventRecord"]
-        end = lines.index(f"cuEventRecord({event}) on caller stream 0")
-        assert lines[end + 1:end + 3] == ["cuCtxSetCurrent(primary)", f"cuEventSynchronize({event})"], lines
-        assert not any(line.startswith("cuStreamSynchronize") for line in lines[:end + 3]), lines
-    settled = parts["MARK run after a queued run"]
-    assert settled.index(f"cuEventSynchronize({event})") < min(i for i, line in enumerate(settled) if "cuPointerGet" in line)
-    assert settled[-1] == "cuStreamSynchronize" and not any("caller stream" in line for line in settled), settled
-    printed = result.stdout.splitlines()
-    assert printed.count("torch stream synchronize") == 1, printed
-    waited = printed.index("torch stream synchronize")
-    assert printed[waited - 1] == "MARK run after a queued run", printed
-
-
 def test_what_cannot_be_queued_is_refused_in_words(runtime_build, package, tmp_path):
     """enqueue on a host-I/O session, on a CPU session, with something that is not a stream, or with an input out of
     its range is refused before anything is queued; a launch the driver refuses midway fails the call, which waits for
