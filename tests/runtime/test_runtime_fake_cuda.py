@@ -1309,6 +1309,43 @@ for _ in range(2):
     assert lines[4] == "ran (3, 4)", lines
 
 
+def test_a_run_beside_torch_waits_for_torchs_current_stream_by_its_handle(runtime_build, package):
+    """Where torch has initialised CUDA, a device-I/O run() first waits on the host for torch's current stream, which
+    may be writing its inputs; the Stream object of each handle is asked of torch once (making one costs more than
+    the wait), and a new current stream is waited for, not the one kept."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        DEVICE_TENSOR + f"""
+import sys, types
+current = [7]
+made = []
+class TorchStream:
+    def __init__(self, handle):
+        self.handle = handle
+    def synchronize(self):
+        print("synchronize", self.handle, flush=True)
+def current_stream(device):
+    made.append(current[0])
+    return TorchStream(current[0])
+torch = types.ModuleType("torch")
+torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, current_stream=current_stream)
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: current[0])
+sys.modules["torch"] = torch
+session = rt.Model({str(path)!r}).session(device="cuda", io="device")
+x = alloc(16 * 8 * 4)
+for handle in (7, 7, 9, 7):
+    current[0] = handle
+    (out,) = session.run([Dev(x, (3, 8))])
+    assert out.shape == (3, 4)
+print("made", made)
+""",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["synchronize 7", "synchronize 7", "synchronize 9", "synchronize 7",
+                                          "made [7, 9]"], result.stdout
+
+
 def test_what_cannot_be_queued_is_refused_in_words(runtime_build, package, tmp_path):
     """enqueue on a host-I/O session, on a CPU session, with something that is not a stream, or with an input out of
     its range is refused before anything is queued; a launch the driver refuses midway fails the call, which waits for
