@@ -8,7 +8,9 @@ Triton's JIT (tests/codegen/triton_interp.py) to check the result against eager,
 kernel at the configuration the exporter picks and at others, next to torch.nn.functional's sdpa on the same
 inputs; where the layout allows it, also the kernel rendered with TMA loads of its keys and values at the blocks
 (attention_config.TMA_CANDIDATES, lines marked "tma"; tuning does not offer them). Prints one line per measurement:
-milliseconds and TFLOP/s. Needs a GPU.
+milliseconds and TFLOP/s; after the chosen configuration's, the same timed for about a second with the SM clock
+and power sampled beside it (scripts/gpu_clock.py), to compare with a model's run at the clock it runs at. Needs
+a GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import torch
 import triton
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "codegen"), str(REPO / "tests" / "e2e")]
+sys.path[:0] = [str(REPO / "tests" / "codegen"), str(REPO / "tests" / "e2e"), str(REPO / "scripts")]
+import gpu_clock  # found through the line above: the scripts folder is not a package
 
 # name: (batch, SelfAttention(heads, kv_heads, dim, value_dim, causal, mask))
 SHAPES = {
@@ -171,10 +174,20 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a config can exceed shared memory; report and go on
                     print(f"  BM {bm} BN {bn} w{warps} s{stages} r{maxnreg}{how}: failed {type(e).__name__}: {str(e)[:2000]}")
                     continue
+                chosen_line = first is None
                 first = out.float().clone() if first is None else first
                 diff = float((out.float() - first).abs().max())
                 print(f"  BM {bm:>3} BN {bn:>3} w{warps} s{stages} r{maxnreg}{how}: {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s"
                       f"  max diff to the chosen {diff:.2e}")
+                if chosen_line and not COLD:
+                    # the chosen blocks again for about a second, with the SM clock sampled (scripts/gpu_clock.py):
+                    # a model's kernels run at the clock its products leave, which a 30-launch series may not reach
+                    with gpu_clock.GpuClock(gpu_clock.nvidia_smi_id(0)) as clock:
+                        sustained = cuda_ms(launch, repeat=max(30, int(1000 / ms)))
+                    c = clock.summary()
+                    at = (f"SM clock median {c['sm_mhz_median']:.0f} MHz (lowest {c['sm_mhz_min']}), power up to "
+                          f"{c['power_w_max']:.0f} W, {c['samples']} samples") if c["samples"] else c.get("error", "no samples")
+                    print(f"  the same for about a second: {sustained:7.3f} ms; {at}")
             q = torch.randn(batch, heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             k = torch.randn(batch, kv_heads, seq, dim, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(batch, kv_heads, seq, value_dim, dtype=torch.bfloat16, device="cuda")

@@ -22,7 +22,8 @@ per call (each timed series after 0.2 s of calls: WARMUP_S) of
   (pinned staging), plus its GPU time per run (torch.profiler: kernels, and everything on the GPU; without
   programmatic dependent launch, under which a kernel's wait counts as its time), its kernel count and its
   kernel time per kernel family (matmul, attention, row, ...: where issue 12's time goes), so that
-  "wall <= 1.1 x kernel time + 30 us" can be checked, and the first run at each shape (the graph's capture);
+  "wall <= 1.1 x kernel time + 30 us" can be checked, the first run at each shape (the graph's capture), and
+  the SM clock and power while the headline's rounds ran (scripts/gpu_clock.py: nvidia-smi beside the run);
 - cold start: open to first result in this process (torch has the CUDA context already), with the GPU set up
   during the load (Model(prepare="cuda"), overlapped with the digests) and without, and as a fresh
   `aotpack-run --device cuda --timings` process (which prepares), with the runtime's part timings
@@ -59,6 +60,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+import gpu_clock  # found through the line above: the scripts folder is not a package
+
 SEQS = (1, 128, 512, 2048)
 # model: (label, batch, --dynamic ranges), as scripts/gpu_acceptance.py exports them
 MODELS = {
@@ -434,9 +437,11 @@ def measure_point(p: dict, graphs, no_pdl, direct, host, dev: list, host_in: lis
     its predecessor runs and CUPTI counts its waiting as its time, so the kernels' sum would exceed the wall.
     That run's kernel time per family (`families`) goes to aotpack_family_ms: where issue 12's kernel time is."""
     rounds: dict[str, list[float]] = {"aotpack_ms": [], "aotpack_no_pdl_ms": []}
-    for _ in range(ROUNDS):
-        rounds["aotpack_ms"].append(median_ms(lambda: graphs.run(dev), repeat, sync=False))
-        rounds["aotpack_no_pdl_ms"].append(median_ms(lambda: no_pdl.run(dev), repeat, sync=False))
+    with gpu_clock.GpuClock(gpu_clock.nvidia_smi_id(0)) as clock:
+        for _ in range(ROUNDS):
+            rounds["aotpack_ms"].append(median_ms(lambda: graphs.run(dev), repeat, sync=False))
+            rounds["aotpack_no_pdl_ms"].append(median_ms(lambda: no_pdl.run(dev), repeat, sync=False))
+    p["gpu_clock"] = clock.summary()
     for key, values in rounds.items():
         p[key] = round(statistics.median(values), 4)
         p[f"{key}_rounds"] = values
@@ -624,8 +629,26 @@ def markdown(summary: dict) -> str:
         text = "; ".join(f"{m} {a} / {b}" for m, _, a, b in bw)
         lines += ["", ("Host I/O at the longest seq: device-to-host copy bandwidth (CUPTI) and bytes / (host-I/O "
                        f"wall - device-I/O wall), GB/s: {text}.")]
+    lines += clock_lines(summary)
     lines.append(f"\n{summary.get('plot', '')}")
     return "\n".join(lines) + "\n"
+
+
+def clock_lines(summary: dict) -> list[str]:
+    """Markdown lines: the SM clock while aotpack's headline rounds ran, per model and seq (none when the run
+    recorded none: runs before session 31, or no nvidia-smi)."""
+    per_model = []
+    for row in summary["models"]:
+        clocks = [(p["seq"], p["gpu_clock"]) for p in row.get("points", []) if p.get("gpu_clock", {}).get("samples")]
+        if clocks:
+            per_model.append(f"{row['label']} " + " / ".join(
+                f"{c['sm_mhz_median']:.0f} ({c['sm_mhz_min']}, {c['power_w_max']:.0f} W)" for _, c in clocks)
+                + f" at seq {' / '.join(str(seq) for seq, _ in clocks)}")
+    if not per_model:
+        return []
+    return ["", "SM clock while aotpack's headline rounds ran (nvidia-smi every "
+            f"{gpu_clock.INTERVAL_MS} ms; median MHz, the lowest, and the largest power draw): " + "; ".join(per_model)
+            + ". A kernel's time scales with the clock it ran at: compare timings taken at the same clock."]
 
 
 def family_table(summary: dict) -> list[str]:
