@@ -13,8 +13,9 @@ bytes it must move at the measured copy bandwidth. Each timed call runs over eno
 --sweep also times other tile configurations, to tune matmul_config.py's table, and on sm_90+ the persistent
 TMA programs tuning offers (matmul_config.PERSISTENT_CANDIDATES, with and without warp specialisation), rendered
 through the same renderer (templates/triton/matmul_persistent.py.jinja). Writes OUT_DIR/matmul_bench.json and
-prints one line per measurement. --persistent times only the tiled table's choice, the persistent programs and the
-tiled programs tuning times with TMA loads (matmul_config.TILED_TMA_CANDIDATES, each next to its pointer-load twin).
+prints one line per measurement. --persistent times only the tiled table's choice, the persistent programs (those
+storing through TMA too: matmul_config.PERSISTENT_TMA_STORE_CANDIDATES, "tma store") and the tiled programs
+tuning times with TMA loads (matmul_config.TILED_TMA_CANDIDATES, each next to its pointer-load twin).
 "table" in the output is the tiled template's table; where a package for this GPU gets a persistent program
 instead (sm_90+, matmul_config._persistent_tiles), that program is timed too. --split times, for products of
 at most 16 rows, split-K programs (matmul_config.SPLIT_TILES x SPLIT_KS, and the tiles unsplit for comparison)
@@ -120,6 +121,7 @@ def main() -> int:
     import triton_interp
     from aotpack.lowering.backends.cuda.matmul_config import (
         PERSISTENT_CANDIDATES,
+        PERSISTENT_TMA_STORE_CANDIDATES,
         SPLIT_KS,
         SPLIT_ROW_KS,
         SPLIT_ROW_TILES,
@@ -225,6 +227,9 @@ def main() -> int:
         if (args.sweep or args.persistent) and arch >= 90 and m >= 128:
             persistent_configs = [MatmulConfig(bm, bn, bk, 8, warps, stages, True, ws)
                                   for bm, bn, bk, warps, stages, _ in PERSISTENT_CANDIDATES for ws in (False, True)]
+            # persistent programs storing their tiles through TMA (session 31's tuning candidates)
+            persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, True, tma_store=True)
+                                   for bm, bn, bk, warps, stages in PERSISTENT_TMA_STORE_CANDIDATES]
             # tiled programs loading through TMA (session 29's tuning candidates), each beside its pointer twin
             persistent_configs += [MatmulConfig(bm, bn, bk, 8, warps, stages, tma=tma)
                                    for bm, bn, bk, warps, stages in TILED_TMA_CANDIDATES for tma in (False, True)]
@@ -242,7 +247,8 @@ def main() -> int:
                                    if k >= 2 * splits * bk and bm <= max(16, triton.next_power_of_2(m))]
         for config in persistent_configs:
             label = [config.bm, config.bn, config.bk, config.num_warps, config.num_stages,
-                     *(["persistent", "ws" if config.warp_specialize else "no ws"] if config.persistent
+                     *(["persistent", "ws" if config.warp_specialize else "no ws",
+                        *(["tma store"] if config.tma_store else [])] if config.persistent
                        else ["tiled", "tma" if config.tma else "pointers"] if config.split_k == 1
                        else [f"split {config.split_k}"])]
             try:

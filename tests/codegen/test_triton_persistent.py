@@ -11,6 +11,7 @@ import pytest
 import sympy
 from aotpack.lowering.backends.cuda import render
 from aotpack.lowering.backends.cuda.matmul_config import (
+    PERSISTENT_TMA_STORE_CANDIDATES,
     TILED_TMA_CANDIDATES,
     TMA_MIN_ROWS,
     MatmulConfig,
@@ -134,7 +135,9 @@ def test_a_persistent_product_launches_a_program_per_sm_at_most(monkeypatch):
 
 
 @pytest.mark.parametrize("config", [MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True),
-                                    MatmulConfig(64, 128, 64, 8, 4, 4, tma=True)], ids=["persistent", "tiled"])
+                                    MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True, tma_store=True),
+                                    MatmulConfig(64, 128, 64, 8, 4, 4, tma=True)],
+                         ids=["persistent", "persistent_tma_store", "tiled"])
 def test_a_tma_product_compiles_for_sm_90_with_its_scratch_recorded(config, tmp_path, monkeypatch):
     pytest.importorskip("triton", reason="Triton is not installed (pip install 'aotpack[cuda]')")
     from aotpack.lowering.backends.cuda.compile import compile_triton_library
@@ -142,15 +145,17 @@ def test_a_tma_product_compiles_for_sm_90_with_its_scratch_recorded(config, tmp_
     monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
     library = forced(product(n=768, k=768), config, monkeypatch)
     kernel = library.kernels[0]
-    assert kernel.persistent == config.persistent and kernel.source.count("tl.make_tensor_descriptor(") == 2
+    descriptors = 3 if config.tma_store else 2  # a, b and, storing through TMA, out
+    assert kernel.persistent == config.persistent and kernel.source.count("tl.make_tensor_descriptor(") == descriptors
     assert "a_ptrs" not in kernel.source and "b_ptrs" not in kernel.source
+    assert ("out_ptrs" in kernel.source) is not config.tma_store and ("out_desc.store(" in kernel.source) is config.tma_store
     # the descriptors are written after the wait for the previous kernel, whose programs may still use the
     # session's global scratch until then (programmatic dependent launch)
     assert kernel.source.index("gdc_wait()") < kernel.source.index("tl.make_tensor_descriptor(")
     compiled = compile_triton_library(library, (90,))[90].kernels[kernel.name]
     assert compiled.cubin[:4] == b"\x7fELF"
-    # two descriptors of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
-    assert compiled.global_scratch_size == 256 and compiled.global_scratch_align == 128
+    # a descriptor of 128 bytes each per program, which the runtime provides (cuda_workspace.cpp)
+    assert compiled.global_scratch_size == 128 * descriptors and compiled.global_scratch_align == 128
     assert compiled.profile_scratch_size == 0
     if config.persistent:  # the table's shared memory estimate bounds the compiled kernel's (a 2-byte output)
         assert compiled.shared <= persistent_shared_bytes(128, 128, 64, 8, 3, 2)
@@ -194,9 +199,12 @@ def library(**kind):  # every product (each bucket's kernel) at one configuratio
     render.matmul_config = lambda *args, **kwargs: config
     return render_library(render.TritonRenderer(program, 90, tma=True))
 
-libraries = {"persistent": library(persistent=True), "tiled_tma": library(tma=True), "pointers": library()}
+libraries = {"persistent": library(persistent=True), "tiled_tma": library(tma=True), "pointers": library(),
+             "persistent_tma_store": library(persistent=True, tma_store=True)}
 report = {"products": len(products), "kernels": {}, "errors": {}, "identical": {}}
 report["kernels"]["persistent"] = sum(k.persistent for k in libraries["persistent"].kernels)
+report["kernels"]["persistent_tma_store"] = sum("out_desc.store(" in k.source
+                                                for k in libraries["persistent_tma_store"].kernels)
 report["kernels"]["tiled_tma"] = sum(k.config is not None and k.config.tma for k in libraries["tiled_tma"].kernels)
 report["kernels"]["pointers"] = len(libraries["pointers"].kernels)
 for seq in (1, 17, 50, 300):
@@ -207,6 +215,7 @@ for seq in (1, 17, 50, 300):
     for name in ("persistent", "tiled_tma"):
         report["errors"][f"{name} {seq}"] = float((got[name].float() - want).abs().max() / want.abs().max())
     report["identical"][seq] = bool(torch.equal(got["tiled_tma"], got["pointers"]))
+    report["identical"][f"store {seq}"] = bool(torch.equal(got["persistent_tma_store"], got["persistent"]))
 print(json.dumps(report))
 """
 
@@ -222,6 +231,34 @@ def test_persistent_products_compute_the_model_in_the_triton_interpreter(interpr
     for case, err in interpreted["errors"].items():
         if case.startswith("persistent"):
             assert err < 1e-2, f"{case} rows: relative error {err} against float32 eager"
+
+
+def test_persistent_products_storing_through_tma_store_what_pointer_stores_store(interpreted):
+    """The same block with its persistent products' tiles stored through a descriptor (the fused epilogue's
+    bias, GELU and residual before it): the pointer stores' outputs bit for bit at 1 to 300 rows, edges
+    included (out's rows past M and columns past N are not written)."""
+    assert interpreted["kernels"]["persistent_tma_store"] == interpreted["products"], interpreted
+    stores = {seq: same for seq, same in interpreted["identical"].items() if str(seq).startswith("store")}
+    assert len(stores) == 4 and all(stores.values()), interpreted
+
+
+def test_tuning_offers_tma_stores_where_a_descriptor_can_write_the_output(monkeypatch):
+    def stores(program):
+        renderer = render.TritonRenderer(program, 90, tma=True)
+        renderer._cap = (ROWS, 4096)
+        return [c for c in renderer.candidates(program.steps[0]) if c.tma_store]
+
+    offered = stores(product(n=768, k=768))
+    assert len(offered) == len(PERSISTENT_TMA_STORE_CANDIDATES) and all(c.persistent for c in offered)
+    # GPT-2's vocabulary (50257 columns: rows of 100514 bytes, not a multiple of 16) and a batch of matrices
+    assert not stores(product(n=50257, k=768)) and not stores(product(n=768, k=768, batch=sympy.Integer(2)))
+    assert not [c for c in matmul_candidates(2048, 768, 768, "bfloat16", 90, tma=True) if c.tma_store]
+    assert not render.render_triton_library(product(n=768, k=768), (90,)).kernels[0].config.tma_store  # not the table's
+    with pytest.raises(Exception, match="storing through TMA"):
+        forced(product(n=50257, k=768), MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True, tma_store=True),
+               monkeypatch)
+    with pytest.raises(Exception, match="storing through TMA"):
+        forced(product(n=768, k=768), MatmulConfig(128, 128, 64, 8, 8, 3, tma_store=True), monkeypatch)
 
 
 def test_tuning_offers_tiled_tma_products_on_hopper_for_many_rows_only(monkeypatch):

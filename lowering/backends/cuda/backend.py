@@ -59,6 +59,7 @@ class CudaBackend(Backend):
                          "config": {**dict(k.constexprs), "num_warps": k.num_warps, "num_stages": k.num_stages,
                                     **({"persistent_tma": True} if k.persistent else {}),
                                     **({"tma_loads": True} if getattr(k.config, "tma", False) else {}),
+                                    **({"tma_store": True} if getattr(k.config, "tma_store", False) else {}),
                                     **({"early_launch": True} if k.early_launch else {}),
                                     **({"l2_prefetch": True} if k.l2_prefetch else {}),
                                     **({"paired": True} if k.paired else {})},

@@ -49,6 +49,10 @@ class MatmulConfig:
     # a tiled program (one tile each) loading its operands through TMA descriptors, as the persistent ones do
     # (sm_90+; tuning's candidates only: TILED_TMA_CANDIDATES)
     tma: bool = False
+    # a persistent program storing each output tile through a TMA descriptor: an asynchronous copy from shared
+    # memory that Triton's pipeliner leaves in flight while the program loads and multiplies its next tile
+    # (sm_90+; tuning's candidates only: PERSISTENT_TMA_STORE_CANDIDATES)
+    tma_store: bool = False
 
 
 def _pow2(n: int) -> int:
@@ -203,6 +207,13 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
                          (128, 128, 128, 8, 3, False), (64, 128, 64, 4, 4, False))
 
 
+# Persistent programs that store their tiles through TMA too (tma_store), for outputs a descriptor can write: the
+# two largest tiles above, where an epilogue is longest. cuBLAS's Hopper kernels overlap a tile's store with the
+# next tile's main loop; between 512 and 2048 rows the persistent programs here were at 77-95% of cuBLAS
+# (docs/performance.md, "Persistent matrix products through TMA"). Not timed on a GPU yet (session 31).
+PERSISTENT_TMA_STORE_CANDIDATES = ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3))
+
+
 # Tiled programs with TMA loads tuning times (sm_90+, half operands, at least TMA_MIN_ROWS rows, no split-K):
 # the tile tuning chose for GPT-2's layers at 2048 rows (64 x 128, where the persistent programs, whose loads are
 # TMA's too, were slower) and the table's large ones; three, to keep export time (every candidate is compiled).
@@ -237,12 +248,13 @@ def smaller_matmul_config(config: MatmulConfig, stages: int | None = None) -> Ma
 
 
 def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma: bool = False,
-                      store_bytes: int = 4) -> list[MatmulConfig]:
+                      store_bytes: int = 4, tma_store: bool = False) -> list[MatmulConfig]:
     """What tuning times for a product of at most m rows: the table's choice first, then the candidate
     tiles no taller or wider than the product (16-row tiles exactly when it has at most 16 rows, as in the
     table), split-K programs of the products whose tiles fill under a wave (split_candidates), then, where
     `tma` (the renderer's word that every target is sm_90+ and TMA can read both operands), persistent TMA
-    programs and tiled ones loading through TMA. float32 and float64 products keep the table's choice."""
+    programs, those storing through TMA as well where `tma_store` (TMA can write the output), and tiled ones
+    loading through TMA. float32 and float64 products keep the table's choice."""
     chosen = matmul_config(m, n, k, dtype, arch, tma, store_bytes)
     if dtype in ("float32", "float64"):
         return [chosen]
@@ -253,6 +265,9 @@ def matmul_candidates(m: int, n: int, k: int, dtype: str, arch: int | None, tma:
     if tma and m >= TMA_MIN_ROWS:
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, ws)
                  for bm, bn, bk, warps, stages, ws in PERSISTENT_CANDIDATES if bn <= max(16, _pow2(n))]
+        if tma_store:
+            fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, True, tma_store=True)
+                     for bm, bn, bk, warps, stages in PERSISTENT_TMA_STORE_CANDIDATES if bn <= max(16, _pow2(n))]
         fits += [MatmulConfig(bm, bn, min(bk, max(16, _pow2(k))), 8, warps, stages, tma=True)
                  for bm, bn, bk, warps, stages in TILED_TMA_CANDIDATES
                  if bm <= max(16, _pow2(m)) and bn <= max(16, _pow2(n))]

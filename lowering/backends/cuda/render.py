@@ -124,10 +124,11 @@ class TritonRenderer(KernelRenderer):
         """The configurations tuning may time for the kernel being rendered (its bucket's sizes), the table's
         choice first; empty: not tunable."""
         if isinstance(kernel, MatmulKernel):
+            tma = self.tma and self.tma_operands(kernel) is not None
             return matmul_candidates(self.max(kernel.m), self.max(kernel.n), self.max(kernel.k),
-                                     self.operand_dtype(kernel.a), self.arch,
-                                     tma=self.tma and self.tma_operands(kernel) is not None,
-                                     store_bytes=_store_bytes(kernel))
+                                     self.operand_dtype(kernel.a), self.arch, tma=tma,
+                                     store_bytes=_store_bytes(kernel),
+                                     tma_store=tma and self.tma_writes_output(kernel))
         if isinstance(kernel, AttentionKernel):
             return attention_candidates(self.max(kernel.q_len), self.max(kernel.kv_len), int(kernel.head_dim),
                                         kernel.dtype == "float32")
@@ -171,6 +172,14 @@ class TritonRenderer(KernelRenderer):
         aligned = _tma_aligned(size, k.a.offset, k.b.offset)
         strides = _tma_aligned(size, a_sm, b_row) and 0 not in (a_sm, b_row)
         return rows_n if aligned and strides else None
+
+    def tma_writes_output(self, k: MatmulKernel) -> bool:
+        """Whether a TMA descriptor can store the product's output tiles: the output is written contiguous (its rows
+        `n` elements apart, half of them for a paired product) from the buffer's start, which the runtime aligns to
+        64 bytes, so its rows must be whole multiples of 16 bytes at every size, of 2- or 4-byte elements."""
+        size = DTYPES[self.program.buffers[k.output].dtype].itemsize
+        columns = k.n / 2 if k.paired else k.n
+        return k.batch == 1 and size in (2, 4) and _tma_aligned(size, columns) and self.max(k.m) < 2**31
 
     def operand_dtype(self, operand: Operand) -> str:
         """A matrix product operand's element type (a product's output may be wider: addmm's float32)."""
@@ -500,6 +509,10 @@ class TritonRenderer(KernelRenderer):
                 raise UnsupportedError("a tiled product with TMA loads needs sm_90+ targets, operands TMA can read "
                                        "(tma_operands) and no split-K")
             operands["tma"] = {"b_rows_n": rows_n}
+        operands["out_tma"] = config.tma_store
+        if config.tma_store and not (config.persistent and self.tma_writes_output(k)):
+            raise UnsupportedError("a product storing through TMA needs a persistent program and an output TMA can "
+                                   "write (tma_writes_output)")
         if config.persistent:
             if rows_n is None:
                 raise UnsupportedError("a persistent TMA matrix product needs sm_90+ targets and operands TMA can "
