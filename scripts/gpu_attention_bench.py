@@ -1,6 +1,7 @@
 """The Triton attention kernel alone, against torch's own sdpa, over block configurations (a tuning aid).
 
     python scripts/gpu_attention_bench.py [SEQ ...] [SHAPE ...] [--cold] [--chosen-only]   # default: 512 2048, every shape
+    python scripts/gpu_attention_bench.py SEQ SHAPE --names   # the shape's kernel name at that seq (no GPU needed)
 
 For each shape (BERT-like with a boolean padding mask and with transformers' additive one, GPT-2-like causal, Llama-like causal with grouped-query heads
 at head dims 64 and 128), in bfloat16: lowers a one-layer sdpa model, runs its program's kernels through
@@ -54,6 +55,7 @@ def example_pad(batch: int, seq: int) -> torch.Tensor:
 
 
 CHOSEN_ONLY = "--chosen-only" in sys.argv  # the exporter's configuration alone, not CONFIGS
+NAMES = "--names" in sys.argv  # each shape's attention kernel name, and nothing else
 COLD = "--cold" in sys.argv  # each launch timed alone after the L2 cache was flushed, as a model's reads find it
 _flush: list = []
 
@@ -121,6 +123,9 @@ def main() -> int:
         library = render_triton_library(program)
         step = next(i for i, s in enumerate(program.steps) if s.family == "attention")
         kernel = next(k for k in library.kernels if k.name == library.step_kernels[step])
+        if NAMES:  # for a kernel profiler's filter (scripts/gpu_attention_ncu.sh): no GPU work
+            print(name, kernel.name, flush=True)
+            continue
         chosen = dict(kernel.constexprs)
         # the same step rendered with TMA loads, where its keys' and values' layout allows them
         tma_renderer = render.TritonRenderer(program, 90, tma=True)
