@@ -77,8 +77,8 @@ class GpuClock:
             return self
         self._file = tempfile.TemporaryFile(mode="w+")
         self._proc = subprocess.Popen(
-            [tool, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", f"-lms={INTERVAL_MS}", f"-i={self.device}"],
-            stdout=self._file, stderr=subprocess.DEVNULL)
+            [tool, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", f"--loop-ms={INTERVAL_MS}", f"--id={self.device}"],
+            stdout=self._file, stderr=subprocess.STDOUT)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -91,8 +91,13 @@ class GpuClock:
             self._proc.kill()
             self._proc.wait()
         self._file.seek(0)
-        self._result = parse_samples(self._file.read())
+        text = self._file.read()
         self._file.close()
+        self._result = parse_samples(text)
+        if not self._result["samples"]:  # nvidia-smi's complaint (a field this driver lacks, say), or none at all
+            said = next((line.strip() for line in text.splitlines() if line.strip()), "")
+            self._result["error"] = f"nvidia-smi: {said[:200]}" if said else "no samples: the body ran shorter than one interval"
+
 
     def summary(self) -> dict[str, Any]:
         return dict(self._result)

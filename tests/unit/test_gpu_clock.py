@@ -38,7 +38,18 @@ def test_the_sampler_runs_nvidia_smi_beside_its_body(tmp_path, monkeypatch):
     summary = clock.summary()
     assert summary["samples"] >= 3 and summary["sm_mhz_median"] == 1755 and summary["power_w_max"] == 650.5, summary
     assert args.read_text().split() == [f"--query-gpu={gpu_clock.QUERY}", "--format=csv,noheader,nounits",
-                                        f"-lms={gpu_clock.INTERVAL_MS}", "-i=GPU-1234"]
+                                        f"--loop-ms={gpu_clock.INTERVAL_MS}", "--id=GPU-1234"]
+
+
+def test_what_nvidia_smi_says_instead_of_samples_is_kept(tmp_path, monkeypatch):
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text('#!/bin/sh\necho \'Field "clocks_throttle_reasons.active" is not a valid field to query.\' >&2\nexit 2\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with gpu_clock.GpuClock() as clock:
+        time.sleep(0.1)
+    assert clock.summary() == {"samples": 0, "error": 'nvidia-smi: Field "clocks_throttle_reasons.active" is not a '
+                                                      'valid field to query.'}
 
 
 def test_without_nvidia_smi_the_summary_says_so(monkeypatch, tmp_path):
