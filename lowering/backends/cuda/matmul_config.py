@@ -209,8 +209,8 @@ PERSISTENT_CANDIDATES = ((128, 128, 64, 8, 3, False), (128, 256, 64, 8, 3, False
 
 # Persistent programs that store their tiles through TMA too (tma_store), for outputs a descriptor can write: the
 # two largest tiles above, where an epilogue is longest. cuBLAS's Hopper kernels overlap a tile's store with the
-# next tile's main loop; between 512 and 2048 rows the persistent programs here were at 77-95% of cuBLAS
-# (docs/performance.md, "Persistent matrix products through TMA"). Not timed on a GPU yet (session 31).
+# next tile's main loop; at 2048 rows the persistent programs here were at 76-95% of cuBLAS (docs/performance.md,
+# "Persistent matrix products through TMA"). Not timed on a GPU yet (session 31).
 PERSISTENT_TMA_STORE_CANDIDATES = ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3))
 
 
