@@ -127,8 +127,6 @@ _CODE_OF_NUMPY = {dt: code for code, dt in _DTYPES.items() if code != _BFLOAT16}
 _CODE_OF_NAME = {dt if isinstance(dt, str) else dt.name: code for code, dt in _DTYPES.items()}
 # aotpack_memory_t values.
 _MEMORY = {"host": 0, "device": 1}
-# torch streams a session keeps Stream objects for (Session._wait_for_torch); more distinct ones start the set again
-_MAX_KEPT_TORCH_STREAMS = 64
 
 _Status = ctypes.c_void_p
 _lib: ctypes.CDLL | None = None
@@ -194,6 +192,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     optional = {
         "aotpack_session_enqueue": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t, ctypes.c_void_p]),
         "aotpack_session_synchronize": (_Status, [ctypes.c_void_p]),
+        "aotpack_session_run_after": (_Status, [ctypes.c_void_p, P(_Tensor), ctypes.c_size_t, ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in {**sigs, **optional}.items():
         if name in optional and not hasattr(lib, name):
@@ -488,7 +487,6 @@ class Session:
         self._output = _Tensor()
         self._last_outputs: list[DeviceTensor | None] = [None] * len(model.outputs)
         self._run_lock = threading.Lock()
-        self._torch_streams: dict[int, Any] = {}  # torch's Stream objects by their handles (_wait_for_torch)
 
     @property
     def io(self) -> str:
@@ -563,27 +561,16 @@ class Session:
         shape[: len(dims)] = dims
         tensor.dtype, tensor.rank, tensor.data = code, len(dims), value.data_ptr() or None
 
-    def _wait_for_torch(self) -> None:
-        # The session's stream does not wait for other streams: work on torch's current stream that writes
-        # the inputs (or copies the previous outputs, see DeviceTensor.to_torch) must be complete first.
+    def _torch_stream(self) -> int | None:
+        """torch's current CUDA stream on the session's device, as a CUstream handle; None where torch has not
+        initialised CUDA in this process (then no work of torch's can be writing the inputs)."""
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_initialized():
-            return
-        # torch.cuda.current_stream() makes a new Stream object at every call, 7.5 us of a small model's 45 us run on
-        # a slow H200 host (session 30). The raw handle is cheap to read (Triton's launcher reads it so), and one
-        # handle is one stream (torch's pooled streams live as long as the process; an external stream is synchronized
-        # by its handle), so the Stream object of each handle seen is kept.
+            return None
+        # The raw handle, as Triton's launcher reads it: torch.cuda.current_stream() makes a new Stream object at
+        # every call, 7.5 us of a small model's 45 us run on a slow H200 host (session 30).
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is None:
-            torch.cuda.current_stream(self._device_index).synchronize()
-            return
-        handle = raw(self._device_index)
-        stream = self._torch_streams.get(handle)
-        if stream is None:
-            if len(self._torch_streams) >= _MAX_KEPT_TORCH_STREAMS:
-                self._torch_streams.clear()
-            stream = self._torch_streams[handle] = torch.cuda.current_stream(self._device_index)
-        stream.synchronize()
+        return raw(self._device_index) if raw else torch.cuda.current_stream(self._device_index).cuda_stream
 
     def run(self, inputs: Sequence[Any] | Mapping[str, Any], copy: bool = True) -> list[np.ndarray] | list[DeviceTensor]:
         """Runs the model; inputs in signature order or by name. A host-I/O session takes arrays and returns
@@ -610,8 +597,17 @@ class Session:
             for i, value in enumerate(ordered):
                 self._fill_device_tensor(i, value, args.tensors[i], args.shapes[i])
             if stream is None:
-                self._wait_for_torch()
-                _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
+                # The run must start after the work on torch's current stream, which may be writing its inputs
+                # (or copying the previous outputs, see DeviceTensor.to_torch): the session's stream waits for
+                # that stream on the device. A runtime from before aotpack_session_run_after: the host waits.
+                torch_stream = self._torch_stream()
+                if torch_stream is None:
+                    _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
+                elif hasattr(self._lib, "aotpack_session_run_after"):
+                    _check(self._lib.aotpack_session_run_after(self._handle, args.tensors, len(ordered), torch_stream))
+                else:
+                    sys.modules["torch"].cuda.current_stream(self._device_index).synchronize()
+                    _check(self._lib.aotpack_session_run(self._handle, args.tensors, len(ordered)))
             else:
                 _check(self._lib.aotpack_session_enqueue(self._handle, args.tensors, len(ordered), stream))
             return self._device_outputs(stream)

@@ -270,6 +270,17 @@ AOTPACK_API aotpack_memory_t aotpack_session_io_memory(const aotpack_session_t* 
 AOTPACK_API aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_tensor_t* inputs,
                                                  size_t num_inputs);
 
+/* aotpack_session_run, ordered after the work queued on `cuda_stream` so far (a CUstream of the session's device,
+ * in its primary context, as for aotpack_session_enqueue; 0 is the legacy default stream): the session's own
+ * stream waits for that point on the device (an event), not the host, and the call returns when the run has ended,
+ * as aotpack_session_run does. For a caller whose inputs are written on a stream of its own, or who reads the
+ * previous run's outputs on one (PyTorch's current stream, say): aotpack_session_run would need the host to wait
+ * for that stream first. The run stays on the session's stream, so sessions used from several threads still run
+ * concurrently (aotpack_session_enqueue instead puts the run on `cuda_stream` itself and does not wait).
+ * UNSUPPORTED on the CPU. */
+AOTPACK_API aotpack_status_t aotpack_session_run_after(aotpack_session_t* session, const aotpack_tensor_t* inputs,
+                                                       size_t num_inputs, void* cuda_stream);
+
 /* Stream-ordered runs (CUDA, device I/O), as a service that keeps its tensors and its own work on CUDA streams
  * wants them: aotpack_session_enqueue checks the inputs, binds the symbols and checks their ranges and pointers
  * like aotpack_session_run, then queues the run on `cuda_stream` (a CUstream of the session's device, in its

@@ -126,6 +126,10 @@ class Session {
   void run(const std::vector<aotpack_tensor_t>& inputs) {
     check(aotpack_session_run(session_, inputs.data(), inputs.size()));
   }
+  // run(), after the work queued on a CUDA stream so far (a wait on the device, not the host; aotpack.h).
+  void run_after(const std::vector<aotpack_tensor_t>& inputs, void* cuda_stream) {
+    check(aotpack_session_run_after(session_, inputs.data(), inputs.size(), cuda_stream));
+  }
   // Queues a run on a CUDA stream (a CUstream of the session's device) and returns without waiting; device I/O
   // only. synchronize() waits for the queued runs and throws for a check that failed in one (aotpack.h).
   void enqueue(const std::vector<aotpack_tensor_t>& inputs, void* cuda_stream) {

@@ -86,6 +86,19 @@ class Workspace {
     return queueable();
   }
   virtual Status synchronize() { return Status(); }
+
+  // A synchronous run ordered after a caller's stream (aotpack_session_run_after): between bind_inputs and
+  // run_steps, wait_on_device makes the run's work start after the work queued on `stream` so far, by a wait on
+  // the device. Targets without streams have neither; orderable says why not (asked before the run's inputs
+  // are checked).
+  virtual Status orderable() const {
+    return unsupported("aotpack_session_run_after orders a run after a CUDA stream, and this session runs on the "
+                       "CPU: call aotpack_session_run");
+  }
+  virtual Status wait_on_device(void* stream) {
+    (void)stream;
+    return orderable();
+  }
 };
 
 // A package's kernels for one target. Immutable once loaded (device set-up is internally synchronised):

@@ -223,6 +223,14 @@ aotpack_status_t aotpack_session_run(aotpack_session_t* session, const aotpack_t
   });
 }
 
+aotpack_status_t aotpack_session_run_after(aotpack_session_t* session, const aotpack_tensor_t* inputs,
+                                           size_t num_inputs, void* cuda_stream) {
+  return guarded([&]() -> Status {
+    if (!session) return invalid_argument("session is NULL");
+    return session->run_after(inputs, num_inputs, cuda_stream);
+  });
+}
+
 aotpack_status_t aotpack_session_enqueue(aotpack_session_t* session, const aotpack_tensor_t* inputs, size_t num_inputs,
                                          void* cuda_stream) {
   return guarded([&]() -> Status {

@@ -168,6 +168,13 @@ Status aotpack_session::run(const aotpack_tensor_t* inputs, size_t num_inputs) {
   return run_impl(inputs, num_inputs);
 }
 
+Status aotpack_session::run_after(const aotpack_tensor_t* inputs, size_t num_inputs, void* stream) {
+  InUse guard(*this);
+  if (guard.busy()) return in_use_error("aotpack_session_run_after");
+  AOTPACK_RETURN_IF_ERROR(workspace_->orderable());
+  return run_impl(inputs, num_inputs, &stream);
+}
+
 // What every run does before its workspace sees it: the inputs checked against the signature, the symbols
 // bound and their ranges checked, the buffers' sizes checked against the plan.
 Status aotpack_session::prepare_run(const aotpack_tensor_t* inputs, size_t num_inputs) {
@@ -176,9 +183,10 @@ Status aotpack_session::prepare_run(const aotpack_tensor_t* inputs, size_t num_i
   return plan_buffers();
 }
 
-Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs) {
+Status aotpack_session::run_impl(const aotpack_tensor_t* inputs, size_t num_inputs, void* const* after) {
   AOTPACK_RETURN_IF_ERROR(prepare_run(inputs, num_inputs));
   AOTPACK_RETURN_IF_ERROR(workspace_->bind_inputs(input_data_.data(), symbols_.data()));
+  if (after) AOTPACK_RETURN_IF_ERROR(workspace_->wait_on_device(*after));
   AOTPACK_RETURN_IF_ERROR(workspace_->run_steps(symbols_.data()));
   AOTPACK_RETURN_IF_ERROR(workspace_->collect_outputs(symbols_.data()));
   have_outputs_ = true;

@@ -30,6 +30,8 @@ struct aotpack_session {
                                 std::unique_ptr<aotpack_session>* out);
 
   aotpack::Status run(const aotpack_tensor_t* inputs, size_t num_inputs);
+  // aotpack_session_run_after (aotpack.h).
+  aotpack::Status run_after(const aotpack_tensor_t* inputs, size_t num_inputs, void* stream);
   // aotpack_session_enqueue and aotpack_session_synchronize (aotpack.h).
   aotpack::Status enqueue(const aotpack_tensor_t* inputs, size_t num_inputs, void* stream);
   aotpack::Status synchronize();
@@ -55,7 +57,8 @@ struct aotpack_session {
   };
   static aotpack::Status in_use_error(const char* call);
 
-  aotpack::Status run_impl(const aotpack_tensor_t* inputs, size_t num_inputs);
+  // A synchronous run; after the work queued on `*after` so far where it is given (run_after).
+  aotpack::Status run_impl(const aotpack_tensor_t* inputs, size_t num_inputs, void* const* after = nullptr);
   aotpack::Status prepare_run(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status check_inputs(const aotpack_tensor_t* inputs, size_t num_inputs);
   aotpack::Status plan_buffers();

@@ -1309,41 +1309,81 @@ for _ in range(2):
     assert lines[4] == "ran (3, 4)", lines
 
 
-def test_a_run_beside_torch_waits_for_torchs_current_stream_by_its_handle(runtime_build, package):
-    """Where torch has initialised CUDA, a device-I/O run() first waits on the host for torch's current stream, which
-    may be writing its inputs; the Stream object of each handle is asked of torch once (making one costs more than
-    the wait), and a new current stream is waited for, not the one kept."""
+def test_a_run_beside_torch_waits_for_torchs_current_stream_on_the_device(runtime_build, package, tmp_path):
+    """Where torch has initialised CUDA, a device-I/O run() starts after the work on torch's current stream (it may be
+    writing the inputs) by a wait on the device (aotpack_session_run_after): an event recorded on that stream, which
+    the session's own stream waits for before the run's work; the host waits only for the run's end, and never for
+    torch's stream. A runtime without that call: the host waits for torch's stream first, as before it."""
     path, _ = package
+    trace = tmp_path / "trace.txt"
     result = run_python(
         runtime_build,
-        DEVICE_TENSOR + f"""
+        QUEUE + f"""
 import sys, types
-current = [7]
-made = []
+current = [0]
 class TorchStream:
-    def __init__(self, handle):
-        self.handle = handle
     def synchronize(self):
-        print("synchronize", self.handle, flush=True)
-def current_stream(device):
-    made.append(current[0])
-    return TorchStream(current[0])
+        print("torch stream synchronize", flush=True)
 torch = types.ModuleType("torch")
-torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, current_stream=current_stream)
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: current[0])
+torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, current_stream=lambda device: TorchStream())
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: streams[current[0]])
 sys.modules["torch"] = torch
 session = rt.Model({str(path)!r}).session(device="cuda", io="device")
 x = alloc(16 * 8 * 4)
-for handle in (7, 7, 9, 7):
-    current[0] = handle
+for i, k in enumerate((0, 0, 1)):
+    current[0] = k
+    mark(f"MARK run {{i}} on {{k}}")
     (out,) = session.run([Dev(x, (3, 8))])
-    assert out.shape == (3, 4)
-print("made", made)
+    assert out.shape == (3, 4) and out.stream is None, out
+
+class WithoutRunAfter:  # a runtime library from before aotpack_session_run_after
+    def __init__(self, lib):
+        self.lib = lib
+    def __getattr__(self, name):
+        if name == "aotpack_session_run_after":
+            raise AttributeError(name)
+        return getattr(self.lib, name)
+session._lib = WithoutRunAfter(session._lib)
+mark("MARK older runtime")
+session.run([Dev(x, (3, 8))])
+""",
+        FAKE_CUDA_TRACE=str(trace),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    parts = between_marks(trace, result.stdout)
+    event = next(line.split(" = ")[1] for line in parts["MARK run 0 on 0"] if line.startswith("cuEventCreate(2) = "))
+    for mark, k in (("MARK run 0 on 0", 0), ("MARK run 1 on 0", 0), ("MARK run 2 on 1", 1)):
+        lines = parts[mark]
+        record = lines.index(f"cuEventRecord({event}) on caller stream {k}")
+        assert lines[record + 1] == f"cuStreamWaitEvent({event}, 0)", lines  # the session's own stream
+        launches = [i for i, line in enumerate(lines) if line.startswith(("cuGraphLaunch", "cuLaunchKernel"))]
+        assert launches and min(launches) > record + 1, lines
+        assert not any("caller stream" in line for line in lines[record + 1:]), lines
+        assert lines[-1] == "cuStreamSynchronize", lines
+    older = parts["MARK older runtime"]
+    assert not any(line.startswith(("cuEventRecord", "cuStreamWaitEvent")) for line in older), older
+    printed = result.stdout.splitlines()
+    assert printed.count("torch stream synchronize") == 1, printed
+    assert printed[printed.index("torch stream synchronize") - 1] == "MARK older runtime", printed
+
+
+def test_a_run_after_a_stream_is_refused_on_the_cpu(runtime_build, package):
+    """aotpack_session_run_after on a CPU session: UNSUPPORTED, in words that name the call to use instead."""
+    path, _ = package
+    result = run_python(
+        runtime_build,
+        QUEUE + f"""
+session = rt.Model({str(path)!r}).session()
+try:
+    rt._check(session._lib.aotpack_session_run_after(session._handle, None, 0, streams[0]))
+    print("ran")
+except rt.AotpackError as e:
+    print(e.code.name, e)
 """,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines() == ["synchronize 7", "synchronize 7", "synchronize 9", "synchronize 7",
-                                          "made [7, 9]"], result.stdout
+    assert result.stdout.strip() == ("UNSUPPORTED aotpack_session_run_after orders a run after a CUDA stream, and this "
+                                     "session runs on the CPU: call aotpack_session_run"), result.stdout
 
 
 def test_what_cannot_be_queued_is_refused_in_words(runtime_build, package, tmp_path):

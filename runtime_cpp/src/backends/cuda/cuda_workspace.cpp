@@ -28,6 +28,7 @@ CudaWorkspace::~CudaWorkspace() {
   // Runs queued on callers' streams may still be running: the memory below is theirs until they end.
   if (queued_) d.cuEventSynchronize(queued_done_);
   if (queued_done_) d.cuEventDestroy(queued_done_);
+  if (caller_point_) d.cuEventDestroy(caller_point_);
   // A synchronous run waited for the stream, or left the next call to (settle_unfinished_run): wait here.
   if (run_unfinished_) d.cuStreamSynchronize(stream_);
   for (Graph& g : graph_cache_) {
@@ -646,6 +647,20 @@ Status CudaWorkspace::enqueue(const void* const* inputs, const int64_t* symbols,
   queued_ = true;
   queued_stream_ = nullptr;  // the event marks an earlier point (or none): nothing in flight is after it
   return st;
+}
+
+// bind_inputs made the context current and queued nothing that the caller's stream could be writing (host I/O's
+// copies read the session's staging memory); the run's graph or launches follow on the session's stream.
+Status CudaWorkspace::wait_on_device(void* caller_stream) {
+  const Driver& d = *device_->driver;
+  if (!caller_point_)
+    AOTPACK_CUDA_CHECK(d, cuEventCreate(&caller_point_, CU_EVENT_DISABLE_TIMING),
+                       "cuEventCreate (the point of the caller's stream a run waits for)");
+  AOTPACK_CUDA_CHECK(d, cuEventRecord(caller_point_, static_cast<CUstream>(caller_stream)),
+                     "cuEventRecord (on the stream given to aotpack_session_run_after)");
+  AOTPACK_CUDA_CHECK(d, cuStreamWaitEvent(stream_, caller_point_, 0),
+                     "cuStreamWaitEvent (the session's stream after the given stream's work)");
+  return Status();
 }
 
 Status CudaWorkspace::synchronize() {

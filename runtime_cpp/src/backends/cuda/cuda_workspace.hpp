@@ -72,6 +72,9 @@ class CudaWorkspace final : public Workspace {
   Status enqueue(const void* const* inputs, const int64_t* symbols, void* stream) override;
   // Waits for that event and reports the first step whose check failed in the queued runs.
   Status synchronize() override;
+  // An event recorded on the caller's stream, which the session's stream waits for (host and device I/O alike).
+  Status orderable() const override { return Status(); }
+  Status wait_on_device(void* stream) override;
 
  private:
   CudaWorkspace() = default;
@@ -157,6 +160,9 @@ class CudaWorkspace final : public Workspace {
   cuda::CUevent queued_done_ = nullptr;
   cuda::CUstream queued_stream_ = nullptr;
   bool queued_ = false;
+  // The point of a caller's stream a synchronous run waits for on the device (wait_on_device; made by its first
+  // use). Reused by every such run: the session's stream has taken its wait before the next record.
+  cuda::CUevent caller_point_ = nullptr;
   // Global scratch shared by the steps (one runs at a time on the stream): the most any launch takes at
   // the declared maxima. 0 when no kernel takes scratch.
   cuda::CUdeviceptr scratch_ = 0;
