@@ -1368,22 +1368,25 @@ session.run([Dev(x, (3, 8))])
 
 
 def test_a_run_after_a_stream_is_refused_on_the_cpu(runtime_build, package):
-    """aotpack_session_run_after on a CPU session: UNSUPPORTED, in words that name the call to use instead."""
+    """aotpack_session_run_after on a CPU session: UNSUPPORTED, in words that name the call to use instead; on no
+    session at all: INVALID_ARGUMENT."""
     path, _ = package
     result = run_python(
         runtime_build,
         QUEUE + f"""
 session = rt.Model({str(path)!r}).session()
-try:
-    rt._check(session._lib.aotpack_session_run_after(session._handle, None, 0, streams[0]))
-    print("ran")
-except rt.AotpackError as e:
-    print(e.code.name, e)
+for handle in (session._handle, None):
+    try:
+        rt._check(session._lib.aotpack_session_run_after(handle, None, 0, streams[0]))
+        print("ran")
+    except rt.AotpackError as e:
+        print(e.code.name, e)
 """,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == ("UNSUPPORTED aotpack_session_run_after orders a run after a CUDA stream, and this "
-                                     "session runs on the CPU: call aotpack_session_run"), result.stdout
+    assert result.stdout.splitlines() == [
+        "UNSUPPORTED aotpack_session_run_after orders a run after a CUDA stream, and this session runs on the CPU: "
+        "call aotpack_session_run", "INVALID_ARGUMENT session is NULL"], result.stdout
 
 
 def test_what_cannot_be_queued_is_refused_in_words(runtime_build, package, tmp_path):
