@@ -28,9 +28,9 @@ CudaWorkspace::~CudaWorkspace() {
   // Runs queued on callers' streams may still be running: the memory below is theirs until they end.
   if (queued_) d.cuEventSynchronize(queued_done_);
   if (queued_done_) d.cuEventDestroy(queued_done_);
-  if (caller_point_) d.cuEventDestroy(caller_point_);
   // A synchronous run waited for the stream, or left the next call to (settle_unfinished_run): wait here.
   if (run_unfinished_) d.cuStreamSynchronize(stream_);
+  if (caller_point_) d.cuEventDestroy(caller_point_);  // after the stream's wait for it, if one is pending
   for (Graph& g : graph_cache_) {
     if (g.exec) d.cuGraphExecDestroy(g.exec);
   }
