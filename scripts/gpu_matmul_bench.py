@@ -86,12 +86,18 @@ def rendered_launcher(program, arch: int, prelude: str, config, m: int):
     fn = getattr(module, kernel.name)
     blocks = tuple(evaluate(g, {size_symbol("rows"): m}) for g in grid)
     constexprs = dict(kernel.constexprs)
-    split = []  # split-K's counts, zero (every launch leaves them so), and workspace, as the runtime passes them
-    if kernel.split_programs:
-        split = [torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
-                 torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
+    split = split_workspace(kernel)
     return lambda x, w, out: fn[blocks](x, w, out, m, *split, **constexprs, num_warps=kernel.num_warps,
                                         num_stages=kernel.num_stages)
+
+
+def split_workspace(kernel) -> list:
+    """A split-K kernel's extra arguments as the runtime passes them: its counts, zero (every launch leaves them
+    so), and its partial sums' workspace; none for another kernel."""
+    if not kernel.split_programs:
+        return []
+    return [torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
+            torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
 
 
 def persistent_choice(library, m: int):
@@ -198,9 +204,7 @@ def main() -> int:
         point = {"shape": name, "m": m, "n": n, "k": k, "layout": layout, "cublas_ms": cublas_ms, "configs": []}
         # A split-K table kernel takes its counts and partial sums (sized for the table's tiles, so the sweep's
         # other tiles are not timed with it) and its other constexprs (SPLIT_K), as rendered_launcher passes them.
-        split = [] if not kernel.split_programs else [
-            torch.zeros(kernel.split_programs, dtype=torch.int32, device="cuda"),
-            torch.empty(kernel.split_programs * kernel.split_tile_bytes // 4, dtype=torch.float32, device="cuda")]
+        split = split_workspace(kernel)
         for bm, bn, bk, warps, stages in configs:
             if split and (bm, bn, bk) != (table["BM"], table["BN"], table["BK"]):
                 continue
