@@ -116,8 +116,13 @@ class BodyWriter:
         if not self.inner:
             return self.index(index, extra)
         terms = sympy.Add.make_args(sympy.expand(index))
-        outer = [t for t in terms if not (t.free_symbols & self.inner) and not (t.free_symbols & set(extra))]
-        if not outer or all(t.is_number for t in outer):
+        # A constant term stays beside the loop variable rather than in the hoisted base, so that offsets one
+        # constant apart share one base: the compiler then sees their loads as one interleaved group (a 2x2
+        # pool's in[b + 2i] and in[b + 1 + 2i]), loads it whole, and needs no scalar iterations at the loop's
+        # end for a gap it cannot prove safe to read (which cost a 16-wide loop most of its vector work).
+        outer = [t for t in terms if not t.is_number and not (t.free_symbols & self.inner)
+                 and not (t.free_symbols & set(extra))]
+        if not outer:
             return self.index(index, extra)
         base = sympy.Add(*outer)
         if base not in self._hoisted_names:

@@ -16,6 +16,7 @@ from aotpack.lowering.backends.cpu.render import CppRenderer, render_cpp_library
 from aotpack.lowering.ir.kernels import (
     AttentionKernel,
     Buffer,
+    GatheredOperand,
     MatmulKernel,
     PointwiseKernel,
     Program,
@@ -26,18 +27,21 @@ from aotpack.lowering.ir.kernels import (
     StridedView,
     Symbol,
     epilogue_vars,
+    operand_vars,
     paired_value,
     product_value,
     row_result,
 )
 from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing, PythonMod
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 n = size_symbol("n")
 i0, i1, r0 = index_var("i", 0), index_var("i", 1), index_var("r", 0)
 u0, u1, x0 = index_var("u", 0), index_var("u", 1), sympy.Symbol("x0", integer=True)
 _, e1, e2 = epilogue_vars()
+_, _G1, _G2 = operand_vars()
 
 
 def _program(steps, buffers) -> Program:
@@ -157,6 +161,25 @@ CASES = {
                                  product_value("bfloat16")), "float32"), paired=True)],
         [Buffer("x", "bfloat16", X.shape, "input", "x"), Buffer("w2", "bfloat16", (8, 8), "weight", "w2"),
          Buffer("out", "bfloat16", (n, 4), "output", "output")]),
+    # a 3x3 convolution (4 channels in, 6 out) of a zero-padded [2, 4, n + 2, 10] image, as implicit GEMM: b's
+    # column g2 is output pixel (image, row, col) of an [2, n, 8] output, its row g1 a (channel, dy, dx) tap;
+    # the column's divisions by the image's sizes are counted per tile (codegen/counters.py)
+    "matmul_conv_columns": _program(
+        [MatmulKernel("out", StridedView("w2", sympy.Integer(0), (sympy.Integer(0), sympy.Integer(36), sympy.Integer(1))),
+                      GatheredOperand(Load("x", 4 * 10 * (n + 2) * FloorDiv(_G2, 8 * n) + 10 * ModularIndexing(_G2, 8, n)
+                                           + PythonMod(_G2, 8) + 10 * (n + 2) * FloorDiv(_G1, 9)
+                                           + 10 * ModularIndexing(_G1, 3, 3) + PythonMod(_G1, 3), "float32")),
+                      sympy.Integer(1), sympy.Integer(6), 16 * n, sympy.Integer(36), "float32")],
+        [Buffer("x", "float32", (2, 4, n + 2, 10), "input", "x"), Buffer("w2", "float32", (6, 36), "weight", "w2"),
+         Buffer("out", "float32", (6, 16 * n), "output", "output")]),
+    # a 2x2 max pool of [n, 8] rows: the four loads of a window share one offset computed before the row's
+    # loop, so g++ reads each pair of neighbours as one interleaved group (codegen/body.py)
+    "pointwise_pool_pairs": _program(
+        [PointwiseKernel("out", (FloorDiv(n, 2), sympy.Integer(4)), Op("maximum", (
+            Op("maximum", (Load("x", 16 * i0 + 2 * i1, "float32"), Load("x", 16 * i0 + 2 * i1 + 1, "float32")), "float32"),
+            Op("maximum", (Load("x", 16 * i0 + 2 * i1 + 8, "float32"), Load("x", 16 * i0 + 2 * i1 + 9, "float32")),
+               "float32")), "float32"))],
+        [X, Buffer("out", "float32", (FloorDiv(n, 2), sympy.Integer(4)), "output", "output")]),
 }
 
 

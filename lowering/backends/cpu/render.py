@@ -18,6 +18,7 @@ import sympy
 
 from ....errors import UnsupportedError
 from ...codegen.body import BodyWriter, split_independent
+from ...codegen.counters import count_divisions
 from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
 from ...codegen.printer import to_json
 from ...ir import scalar
@@ -50,6 +51,7 @@ from .spelling import (
     COMPUTE_CTYPE,
     STORAGE_CTYPE,
     body_writer,
+    counted_loop,
     load_from_storage,
     store_to_storage,
     to_cpp,
@@ -225,7 +227,8 @@ class CppRenderer(KernelRenderer):
         """Per-thread scratch the kernel takes from the runtime (kernel ABI thread_scratch)."""
         if isinstance(kernel, MatmulKernel) and kernel.dtype in ("float32", "float16", "bfloat16"):
             b = self.MATMUL_BLOCKS
-            column_offsets = 8 * b["nc"] if isinstance(kernel.b, GatheredOperand) else 0
+            # a gathered b's column offsets, and a flag per 16-column strip
+            column_offsets = 8 * (b["nc"] + b["nc"] // 16) if isinstance(kernel.b, GatheredOperand) else 0
             return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"]) + column_offsets
         if isinstance(kernel, AttentionKernel):
             bm, bn = self.ATTENTION_BLOCKS["bm"], self.ATTENTION_BLOCKS["bn"]
@@ -352,7 +355,9 @@ class CppRenderer(KernelRenderer):
                 dtype = self.program.buffers[load.buffer].dtype
                 data.update(b_split=True, b_name=arg_names[load.buffer], b_ctype=STORAGE_CTYPE[dtype],
                             load_b_at=widen_to_float(dtype),
-                            b_row_offset=to_cpp(row, names), b_col_offset=to_cpp(col, names))
+                            b_row_offset=to_cpp(row, names),
+                            b_col_lines=counted_loop(count_divisions(col, g2, "col_"), names, "c", "nb", "g2", "n0",
+                                                     "coff[c] = $value;"))
                 continue
             element = body_writer(arg_names, names)
             value = element.value(operand.value)

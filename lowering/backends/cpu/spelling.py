@@ -12,6 +12,7 @@ import sympy
 
 from ....errors import UnsupportedError
 from ...codegen.body import BodySpelling, BodyWriter
+from ...codegen.counters import CountedExpr, Digit
 from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
 from ...ir.scalar import Indirect, Load, Op
@@ -92,6 +93,44 @@ CPP_INDEX = CppIndex()
 def to_cpp(expr: sympy.Expr, names: dict[sympy.Symbol, str] | None = None) -> str:
     """A C++ int64_t expression; `names` renames symbols (user symbols become their kernel-local names)."""
     return print_expr(expr, CPP_INDEX, names)
+
+
+def counted_loop(counted: CountedExpr, names: dict[sympy.Symbol, str], index: str, count: str, var: str,
+                 start: str, store: str) -> list[str]:
+    """C++ lines of `for (index = 0; index < count; ++index)` with `var` = start + index, running `store` (a
+    statement with `$value` for the counted expression). Each digit's division is done once before the loop
+    and counted in it (codegen/counters.py) when every divisor is at least 1; otherwise (a size no real model
+    gives) the loop divides in every step, as it would without counters."""
+    direct = [f"for (int64_t {index} = 0; {index} < {count}; ++{index}) {{",
+              f"  const int64_t {var} = {start} + {index};",
+              "  " + store.replace("$value", to_cpp(counted.original, names)), "}"]
+    if not counted.digits:
+        return direct
+    scope = {**names, **{s: s.name for d in counted.digits for s in (d.quotient, d.remainder)}}
+
+    def divisor(d: Digit) -> str:
+        return f"{d.remainder.name}_d"
+
+    checks = [f"{divisor(d)} >= 1" for d in counted.digits if not d.divisor.is_number]  # numbers are >= 1 here
+    lines = [f"const int64_t {divisor(d)} = {to_cpp(d.divisor, scope)};" for d in counted.digits]
+    lines += [f"if ({' && '.join(checks) or 'true'}) {{", f"  int64_t {var} = {start};"]
+    for d in counted.digits:  # parents first: a child's argument reads its parent's quotient
+        argument = to_cpp(d.argument, scope)
+        lines.append(f"  int64_t {d.quotient.name} = aotpack_floordiv({argument}, {divisor(d)});")
+        lines.append(f"  int64_t {d.remainder.name} = aotpack_mod({argument}, {divisor(d)});")
+
+    def steps(parent: int | None, indent: str) -> list[str]:
+        out = []
+        for i in counted.children(parent):
+            d = counted.digits[i]
+            out += [f"{indent}if (++{d.remainder.name} == {divisor(d)}) {{", f"{indent}  {d.remainder.name} = 0;",
+                    f"{indent}  ++{d.quotient.name};", *steps(i, indent + "  "), f"{indent}}}"]
+        return out
+
+    lines += [f"  for (int64_t {index} = 0; {index} < {count}; ++{index}, ++{var}) {{",
+              "    " + store.replace("$value", to_cpp(counted.expr, scope)), *steps(None, "    "), "  }",
+              "} else {", *("  " + line for line in direct), "}"]
+    return lines
 
 
 _UNARY_FLOAT = {
