@@ -77,6 +77,13 @@ class BodyWriter:
         self._hoisted_names: dict[sympy.Expr, str] = {}
         self._cache: dict[Node, str] = {}
 
+    def sibling(self, prefix: str) -> BodyWriter:
+        """A writer of another body for the same loop (one specialised to part of it, codegen/peeling.py): its
+        own temporaries, named `prefix`0, ..., and the same offsets hoisted before the loop and checks."""
+        other = BodyWriter(self.spelling, self.arg_names, self.symbol_names, self.inner, prefix)
+        other.hoisted, other._hoisted_names, other.checks = self.hoisted, self._hoisted_names, self.checks
+        return other
+
     def index(self, expr: sympy.Expr, extra: dict[sympy.Symbol, str] | None = None) -> str:
         return print_expr(expr, self.spelling.index, {**self.symbol_names, **(extra or {})})
 

@@ -32,7 +32,7 @@ from aotpack.lowering.ir.kernels import (
     product_value,
     row_result,
 )
-from aotpack.lowering.ir.scalar import Const, Indirect, Load, Op
+from aotpack.lowering.ir.scalar import Const, IndexValue, Indirect, Load, Op
 from aotpack.lowering.ir.symbolic import index_var, size_symbol
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing, PythonMod
 
@@ -180,6 +180,15 @@ CASES = {
             Op("maximum", (Load("x", 16 * i0 + 2 * i1 + 8, "float32"), Load("x", 16 * i0 + 2 * i1 + 9, "float32")),
                "float32")), "float32"))],
         [X, Buffer("out", "float32", (FloorDiv(n, 2), sympy.Integer(4)), "output", "output")]),
+    # x's rows padded by 1 on each side with 0, scaled by exp(w[0]): between the borders a body without the
+    # tests and the clamp (codegen/peeling.py); the scale computed once before each row's loops
+    "pointwise_pad_peeled": _program(
+        [PointwiseKernel("out", (n, sympy.Integer(10)), Op("mul", (Op("where", (
+            Op("logical_and", (Op("ge", (IndexValue(i1 - 1, "int64"), Const(0, "int64")), "bool"),
+                               Op("lt", (IndexValue(i1 - 1, "int64"), Const(8, "int64")), "bool")), "bool"),
+            Load("x", 8 * i0 + sympy.Max(0, sympy.Min(i1 - 1, 7)), "float32"), Const(0.0, "float32")), "float32"),
+            Op("exp", (Load("w", sympy.Integer(0), "float32"),), "float32")), "float32"))],
+        [X, W, Buffer("out", "float32", (n, sympy.Integer(10)), "output", "output")]),
 }
 
 

@@ -95,6 +95,13 @@ CASES: dict[str, tuple] = {
                            + x.repeat(2, 1).triu(1), [f32(5)], [0], (1, 5)),
     "cat_stack_pad": (lambda x, y: torch.cat([x, y, x * 2], 0).sum(0) + torch.stack([x, y], -1).sum(-1).sum(0)
                       + F.pad(x, (1, 2), value=0.5)[:, 1:-2].sum(0), [f32(3), f32(3)], [0, 1], (1, 6)),
+    # along a dynamic last dim, where the C++ kernels run a body without the bounds tests between the borders
+    # (lowering/codegen/peeling.py): a pad, a crop, a concatenation, replicate and reflect padding
+    "pad_cat_last_dim": (lambda x, y: torch.cat([F.pad(x.t(), (3, 2), value=0.5), F.pad(x.t(), (-1, 2)),
+                                                 torch.cat([x.t(), -y.t()], -1),
+                                                 F.pad(x.t().unsqueeze(0), (2, 1), mode="replicate")[0],
+                                                 F.pad(x.t().unsqueeze(0), (2, 2), mode="reflect")[0]], -1),
+                         [f32(4), f32(4)], [0, 1], (3, 9)),
     "embedding": (lambda ids, table: F.embedding(ids, table), [ints(10, 3), fixed(lambda: torch.randn(10, 4))], [0],
                   (1, 9)),
     "index_select_gather": (lambda x, idx: x.index_select(1, idx[0]) + torch.gather(x, 1, idx[:, :2].expand(-1, 2)

@@ -20,6 +20,7 @@ from ....errors import UnsupportedError
 from ...codegen.body import BodyWriter, split_independent
 from ...codegen.counters import count_divisions
 from ...codegen.library import KernelRenderer, RenderedKernel, RenderedLibrary, render_library
+from ...codegen.peeling import peel
 from ...codegen.printer import to_json
 from ...ir import scalar
 from ...ir.dtypes import code as dtype_code
@@ -128,6 +129,16 @@ class CppRenderer(KernelRenderer):
         writer = body_writer(arg_names, sym_names, inner)
         value = writer.value(k.value)
         out_dtype = self.program.buffers[k.output].dtype
+        loop_var = frozenset({f"i{len(k.shape) - 1}"})
+        peeled = peel(k.value, index_var("i", len(k.shape) - 1)) if inner else None
+        if peeled is not None:
+            middle = writer.sibling("u")
+            middle_value = middle.value(peeled.body)
+            invariant, body = _split_invariant(middle.lines, loop_var)
+            peeled = {"lower": [writer.index(b) for b in peeled.lower], "upper": [writer.index(b) for b in peeled.upper],
+                      "invariant": invariant, "body": body, "store_value": store_to_storage(middle_value, out_dtype)}
+        # What does not vary along the row (a channel's scale and shift) is computed once before its loop.
+        invariant, body = _split_invariant(writer.lines, loop_var) if inner else ([], writer.lines)
         outer_strides = contiguous_strides(k.shape[:-1])
         loops = [{"var": f"i{d}", "size": writer.index(s),
                   "stride": writer.index(outer_strides[d]) if d < len(outer_strides) else "1"}
@@ -135,8 +146,8 @@ class CppRenderer(KernelRenderer):
         store_index = writer.split_index(
             sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))), sympy.Integer(0)))
         data = self._common(k, [*k.shape, *scalar.index_exprs(k.value)])
-        data.update(loops=loops, body=writer.lines, hoisted=writer.hoisted, store_index=store_index,
-                    store_value=store_to_storage(value, out_dtype))
+        data.update(loops=loops, body=body, invariant=invariant, hoisted=writer.hoisted, store_index=store_index,
+                    store_value=store_to_storage(value, out_dtype), peeled=peeled)
         return "pointwise.cpp.jinja", data
 
     def reduction(self, k: ReductionKernel) -> tuple[str, dict[str, Any]]:
@@ -227,8 +238,8 @@ class CppRenderer(KernelRenderer):
         """Per-thread scratch the kernel takes from the runtime (kernel ABI thread_scratch)."""
         if isinstance(kernel, MatmulKernel) and kernel.dtype in ("float32", "float16", "bfloat16"):
             b = self.MATMUL_BLOCKS
-            # a gathered b's column offsets, and a flag per 16-column strip
-            column_offsets = 8 * (b["nc"] + b["nc"] // 16) if isinstance(kernel.b, GatheredOperand) else 0
+            # a gathered b's column offsets, a flag per 16-column strip, its row offsets
+            column_offsets = 8 * (b["nc"] + b["nc"] // 16 + b["kc"]) if isinstance(kernel.b, GatheredOperand) else 0
             return 4 * (b["mc"] * b["kc"] + b["kc"] * b["nc"] + b["mc"] * b["nc"]) + column_offsets
         if isinstance(kernel, AttentionKernel):
             bm, bn = self.ATTENTION_BLOCKS["bm"], self.ATTENTION_BLOCKS["bn"]
@@ -254,7 +265,7 @@ class CppRenderer(KernelRenderer):
         data = self._common(k, exprs)
         data.update(batch=writer.index(k.batch), m=writer.index(k.m), n=writer.index(k.n), k=writer.index(k.k),
                     a_gather=isinstance(k.a, GatheredOperand), b_gather=isinstance(k.b, GatheredOperand),
-                    b_split=False, dot_rows=False, **self._epilogue(k, arg_names, sym_names))
+                    b_split=False, b_rows_in_place=False, dot_rows=False, **self._epilogue(k, arg_names, sym_names))
         if isinstance(k.a, GatheredOperand) or isinstance(k.b, GatheredOperand):
             if k.dtype not in ("float32", "float16", "bfloat16"):
                 raise UnsupportedError(f"a {k.dtype} matrix product with a gathered operand reached code "
@@ -354,7 +365,7 @@ class CppRenderer(KernelRenderer):
                 load, col, row = split
                 dtype = self.program.buffers[load.buffer].dtype
                 data.update(b_split=True, b_name=arg_names[load.buffer], b_ctype=STORAGE_CTYPE[dtype],
-                            load_b_at=widen_to_float(dtype),
+                            load_b_at=widen_to_float(dtype), b_rows_in_place=dtype == "float32",
                             b_row_offset=to_cpp(row, names),
                             b_col_lines=counted_loop(count_divisions(col, g2, "col_"), names, "c", "nb", "g2", "n0",
                                                      "coff[c] = $value;"))
@@ -466,11 +477,19 @@ _ASSIGNMENT = re.compile(r"const [\w:<>]+ (\w+) = (.*);")
 _PER_ELEMENT = frozenset({"j", "e2", "tile", "dst"})  # what the float template's epilogue varies along a row
 
 
+def _assignment(line: str) -> tuple[str, str] | None:
+    match = _ASSIGNMENT.fullmatch(line)
+    return match.groups() if match else None
+
+
 def _split_row_invariant(lines: list[str]) -> tuple[list[str], list[str]]:
     """An epilogue's statements split into those that depend only on the row (a folded norm's scale from the
     row's sums), computed once per row before the loop over its columns, and the rest."""
-    def assignment(line: str) -> tuple[str, str] | None:
-        match = _ASSIGNMENT.fullmatch(line)
-        return match.groups() if match else None
+    return split_independent(lines, _PER_ELEMENT, _assignment)
 
-    return split_independent(lines, _PER_ELEMENT, assignment)
+
+def _split_invariant(lines: list[str], loop_var: frozenset[str]) -> tuple[list[str], list[str]]:
+    """A loop body's statements split into those that do not depend on `loop_var` and the rest. g++ leaves
+    the first kind in a loop it cannot prove free of aliasing (restrict is lost inside the kernel's lambda),
+    and recomputes a channel's 1 / sqrt(var + eps) for every vector of a batch norm's row."""
+    return split_independent(lines, loop_var, _assignment)

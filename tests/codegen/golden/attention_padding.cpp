@@ -5,7 +5,7 @@
 // softmax (running max m, running sum l), so no scores outlive a block. Scratch, per thread, in floats:
 // q rows (BM x D, scaled), k panels (BN/16 x D x 16), scores (BM x BN), v panels (DVP/16 x BN x 16),
 // the output accumulator (BM x DVP), m and l (BM each).
-extern "C" void k_5f6836eb9c36661f(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_3e0c4f3d7545d48d(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -79,7 +79,7 @@ extern "C" void k_5f6836eb9c36661f(const aotpack_kernel_ctx* ctx, void* const* b
         }
         for (int64_t s = 0; s < strips; ++s)
           for (int64_t p = 0; p < panels; ++p)
-            aotpack_ukernel_6x16(D, q_rows[s], kp + p * D * NR, sc + s * MR * BN + p * NR, BN, false);
+            aotpack_ukernel_6x16(D, q_rows[s], aotpack_b_panel{kp + p * D * NR}, sc + s * MR * BN + p * NR, BN, false);
         for (int64_t i = 0; i < mb; ++i) {
           float* __restrict srow = sc + i * BN;
           const int64_t i2 = row0 + i;
@@ -102,7 +102,7 @@ extern "C" void k_5f6836eb9c36661f(const aotpack_kernel_ctx* ctx, void* const* b
         }
         for (int64_t s = 0; s < strips; ++s)
           for (int64_t p = 0; p < DVP / NR; ++p)
-            aotpack_ukernel_6x16(nb, p_rows[s], vp + p * BN * NR, acc + s * MR * DVP + p * NR, DVP, true);
+            aotpack_ukernel_6x16(nb, p_rows[s], aotpack_b_panel{vp + p * BN * NR}, acc + s * MR * DVP + p * NR, DVP, true);
       }
       for (int64_t i = 0; i < mb; ++i) {  // a row with every key masked has row_sum 0 and gets zeros
         const float inv = row_sum[i] > 0.0f ? 1.0f / row_sum[i] : 0.0f;

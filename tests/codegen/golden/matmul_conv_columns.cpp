@@ -3,7 +3,7 @@
 // Each task owns an MC x NC tile of out, accumulated in a float tile in its thread's scratch, KC steps of k
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (evaluated here from b's expression, never
 // stored: implicit GEMM) and a as six rows in place.
-extern "C" void k_c1c9c96f485d31c6(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_6a97a62010b7e823(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -27,6 +27,7 @@ extern "C" void k_c1c9c96f485d31c6(const aotpack_kernel_ctx* ctx, void* const* b
     (void)apack; (void)bpack;
     int64_t* __restrict coff = reinterpret_cast<int64_t*>(bpack + KC * NC);  // NC column offsets of b
     int64_t* __restrict strip_run = coff + NC;  // per 16-column strip: 1 where its offsets are consecutive
+    int64_t* __restrict brow = strip_run + NC / NR;  // KC row offsets of b
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bi = t / (m_tiles * n_tiles), mt = (t / n_tiles) % m_tiles, nt = t % n_tiles;
       const int64_t m0 = mt * MC, n0 = nt * nc, mb = std::min(MC, M - m0), nb = std::min(nc, N - n0);
@@ -67,7 +68,7 @@ extern "C" void k_c1c9c96f485d31c6(const aotpack_kernel_ctx* ctx, void* const* b
         }
       }
       // A strip whose 16 columns are 16 consecutive elements of b (16 pixels of an image row, for a
-      // convolution) is copied as a block below; the others are gathered column by column.
+      // convolution) is read in place by the micro-kernel below; the others are gathered column by column.
       for (int64_t j = 0; j < n_strips; ++j) {
         const int64_t* __restrict cj = coff + j * NR;
         bool run = nb - j * NR >= NR;
@@ -81,19 +82,14 @@ extern "C" void k_c1c9c96f485d31c6(const aotpack_kernel_ctx* ctx, void* const* b
         for (int64_t k = 0; k < kb; ++k) {  // b: its expression evaluated into panel j's columns 16j..16j+15, k-major
           const int64_t g1 = k0 + k;
           (void)g1;
-          const float* __restrict src = in1 + ((10 * aotpack_mod(aotpack_floordiv(g1, 3), 3)) + (20 * aotpack_floordiv(g1, 9)) + (10 * s_n * aotpack_floordiv(g1, 9)) + aotpack_mod(g1, 3));
+          brow[k] = ((10 * aotpack_mod(aotpack_floordiv(g1, 3), 3)) + (20 * aotpack_floordiv(g1, 9)) + (10 * s_n * aotpack_floordiv(g1, 9)) + aotpack_mod(g1, 3));
+          const float* __restrict src = in1 + brow[k];
           for (int64_t j = 0; j < n_strips; ++j) {
+            if (strip_run[j]) continue;
             float* __restrict dst = bpack + j * NR * KC + k * NR;
             const int64_t nr = std::min(NR, nb - j * NR);
             const int64_t* __restrict cj = coff + j * NR;
-            if (strip_run[j]) {
-              // Through a local block: g++ does not see the pointers as restrict inside this lambda, and copies
-              // element by element what it may not prove disjoint.
-              const float* run = src + cj[0];
-              float block[NR];
-              for (int64_t c = 0; c < NR; ++c) block[c] = static_cast<float>(run[c]);
-              for (int64_t c = 0; c < NR; ++c) dst[c] = block[c];
-            } else if (nr == NR) {
+            if (nr == NR) {
               for (int64_t c = 0; c < NR; ++c) dst[c] = static_cast<float>(src[cj[c]]);
             } else {
               for (int64_t c = 0; c < NR; ++c) dst[c] = c < nr ? static_cast<float>(src[cj[c]]) : 0.0f;
@@ -105,7 +101,10 @@ extern "C" void k_c1c9c96f485d31c6(const aotpack_kernel_ctx* ctx, void* const* b
           for (int64_t s = 0; s < m_strips; ++s) {
             aotpack_a_rows rows;  // rows past mb repeat the last one; their results are never stored
             for (int i = 0; i < MR; ++i) rows.r[i] = a_base + std::min(s * MR + i, mb - 1) * a_sm + k0;
-            aotpack_ukernel_6x16(kb, rows, panel, tile + s * MR * NC + j * NR, NC, k0 > 0);
+            if (strip_run[j])
+              aotpack_ukernel_6x16(kb, rows, aotpack_b_rows{in1 + coff[j * NR], brow}, tile + s * MR * NC + j * NR, NC, k0 > 0);
+            else
+              aotpack_ukernel_6x16(kb, rows, aotpack_b_panel{panel}, tile + s * MR * NC + j * NR, NC, k0 > 0);
           }
         }
       }
