@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..ir.dtypes import is_int
-from ..ir.scalar import Const, IndexValue, Indirect, Load, Node, Op
+from ..ir.scalar import Const, IndexValue, Indirect, Load, Node, Op, loads
 
 _TESTS = {"ge": (1, 0), "gt": (1, 1), "le": (-1, 0), "lt": (-1, 1)}  # a OP b as sign * (a - b) - shift >= 0
 
@@ -36,13 +36,15 @@ def peel(value: Node, var: sympy.Symbol) -> Peeled | None:
     specialised to it; None when `value` has no such test or clamp (nothing to gain)."""
     lower: list[sympy.Expr] = []
     upper: list[sympy.Expr] = []
+    # an index read from data is known only inside the loop: no bound may use one
+    from_data = {i.var for load in loads(value) for i in load.indirect}
 
     def bound(expr: sympy.Expr) -> tuple[list[sympy.Expr], sympy.Expr] | None:
         """expr >= 0 as (the list it goes to, the bound) when expr is +-var plus terms free of var."""
         expr = sympy.expand(expr)
         coeff = expr.coeff(var)
         rest = sympy.expand(expr - coeff * var)
-        if var in rest.free_symbols or coeff not in (1, -1):
+        if var in rest.free_symbols or coeff not in (1, -1) or rest.free_symbols & from_data:
             return None
         return (lower, -rest) if coeff == 1 else (upper, rest + 1)  # var >= -rest; var < rest + 1
 

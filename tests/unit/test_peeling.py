@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 from aotpack.lowering.codegen.peeling import peel
-from aotpack.lowering.ir.scalar import Const, IndexValue, Load, Node, Op
+from aotpack.lowering.ir.scalar import Const, IndexValue, Indirect, Load, Node, Op
 from aotpack.lowering.ir.symbolic import evaluate, index_var, size_symbol
 
 x, row = index_var("i", 1), index_var("i", 0)
@@ -100,3 +100,11 @@ def test_what_is_not_plus_or_minus_the_loop_variable_is_left_alone():
                            Const(0.0, "float32")), "float32")
     assert peel(strided, x) is None
     assert peel(Op("add", (Load("a", x, "float32"), Load("b", clamp(row, w), "float32")), "float32"), x) is None
+
+
+def test_a_clamp_by_an_index_read_from_data_is_left_alone():
+    # the bound would need x0, which the kernel reads inside the loop: no range is computed from it
+    x0 = sympy.Symbol("x0", integer=True)
+    gathered = Load("a", sympy.Min(x + x0, w - 1), "float32",
+                    (Indirect(x0, Load("b", x, "int64"), w, False, "gather at model.py:1: an index is outside"),))
+    assert peel(gathered, x) is None
