@@ -125,18 +125,20 @@ class CppRenderer(KernelRenderer):
 
     def pointwise(self, k: PointwiseKernel) -> tuple[str, dict[str, Any]]:
         arg_names, sym_names = self.names(k)
-        inner = frozenset({index_var("i", len(k.shape) - 1)}) if len(k.shape) >= 2 else frozenset()
+        row_var = index_var("i", len(k.shape) - 1)  # the innermost loop's variable, where there are 2+ dims
+        inner = frozenset({row_var}) if len(k.shape) >= 2 else frozenset()
         writer = body_writer(arg_names, sym_names, inner)
         value = writer.value(k.value)
         out_dtype = self.program.buffers[k.output].dtype
-        loop_var = frozenset({f"i{len(k.shape) - 1}"})
-        peeled = peel(k.value, index_var("i", len(k.shape) - 1)) if inner else None
+        loop_var = frozenset({row_var.name})
+        peeled, range_data = peel(k.value, row_var) if inner else None, None
         if peeled is not None:
             middle = writer.sibling("u")
             middle_value = middle.value(peeled.body)
             invariant, body = _split_invariant(middle.lines, loop_var)
-            peeled = {"lower": [writer.index(b) for b in peeled.lower], "upper": [writer.index(b) for b in peeled.upper],
-                      "invariant": invariant, "body": body, "store_value": store_to_storage(middle_value, out_dtype)}
+            range_data = {"lower": [writer.index(b) for b in peeled.lower],
+                          "upper": [writer.index(b) for b in peeled.upper], "invariant": invariant, "body": body,
+                          "store_value": store_to_storage(middle_value, out_dtype)}
         # What does not vary along the row (a channel's scale and shift) is computed once before its loop.
         invariant, body = _split_invariant(writer.lines, loop_var) if inner else ([], writer.lines)
         outer_strides = contiguous_strides(k.shape[:-1])
@@ -147,7 +149,7 @@ class CppRenderer(KernelRenderer):
             sum((index_var("i", d) * st for d, st in enumerate(contiguous_strides(k.shape))), sympy.Integer(0)))
         data = self._common(k, [*k.shape, *scalar.index_exprs(k.value)])
         data.update(loops=loops, body=body, invariant=invariant, hoisted=writer.hoisted, store_index=store_index,
-                    store_value=store_to_storage(value, out_dtype), peeled=peeled)
+                    store_value=store_to_storage(value, out_dtype), peeled=range_data)
         return "pointwise.cpp.jinja", data
 
     def reduction(self, k: ReductionKernel) -> tuple[str, dict[str, Any]]:
