@@ -5,25 +5,27 @@
 # side (duration, SM clock, registers, occupancy, issue slots, warp stall reasons, pipe use) and says what bounds
 # the kernel. Not run on a GPU yet (session 31 wrote it after its last lease).
 #
-#   scripts/gpu_attention_ncu.sh OUT_DIR     # on the GPU machine; ~3 minutes, most of it BERT's export
+#   scripts/gpu_attention_ncu.sh OUT_DIR [PACKAGE]    # on the GPU machine; ~3 minutes, most of it BERT's export
 #
+# PACKAGE, where given and present, is BERT's package exported as below beforehand (so that the export can overlap
+# other work on the machine); otherwise the script exports it.
 # Uses the runtime in build/runtime (scripts/gpu_check.sh builds it) and ncu from PATH. OUT_DIR gets the two
 # reports (ncu_bench.txt, ncu_model.txt) and a summary of their key lines (ncu_summary.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: scripts/gpu_attention_ncu.sh OUT_DIR}
+OUT=${1:?usage: scripts/gpu_attention_ncu.sh OUT_DIR [PACKAGE]}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" build/gpu_check/site
 ln -sfn "$PWD" build/gpu_check/site/aotpack
 export PYTHONPATH="$PWD/build/gpu_check/site:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export AOTPACK_RUNTIME_LIB="$PWD/build/runtime/libaotpack.so" AOTPACK_EXAMPLE_SIZE=full
 command -v ncu > /dev/null || { echo "no ncu on PATH: Nsight Compute is needed"; exit 2; }
-PACKAGE=${TMPDIR:-/tmp}/bert_attention_ncu.aotpack
+PACKAGE=${2:-${TMPDIR:-/tmp}/bert_attention_ncu.aotpack}
 SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
           --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats)
 
 # BERT's package, untuned (the table's blocks, which the benchmark's --chosen-only times), exported meanwhile
-($PY -m aotpack.cli export examples/bert/model.py -o "$PACKAGE" --dynamic batch=1..8 \
+[ -f "$PACKAGE" ] && echo "export rc 0 (given: $PACKAGE)" > "$OUT/export.log" || ($PY -m aotpack.cli export examples/bert/model.py -o "$PACKAGE" --dynamic batch=1..8 \
    --dynamic seq=1..2048 --dtype bf16 --target cuda --no-tune > "$OUT/export.log" 2>&1; echo "export rc $?" >> "$OUT/export.log") &
 
 # The benchmark's kernel: its first launch is the program run through Triton's JIT, specialised on the sizes;

@@ -8,9 +8,12 @@ is a test oracle for the generated kernels only.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +61,16 @@ class _InterpretedLibdevice:
         raise AttributeError(f"libdevice.{name} has no interpreter stand-in")
 
 
+@functools.cache
+def _module_dir() -> Path:
+    """One folder a process for the kernel modules' files, removed when the process ends: Triton's JIT reads a
+    kernel's source from its file, so each file must outlive its module's loading, but a folder per load left
+    thousands behind in the temporary directory after each test run."""
+    path = Path(tempfile.mkdtemp(prefix="aotpack-interp-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def load_module(source: str, interpret: bool):
     old = os.environ.get("TRITON_INTERPRET")
     if interpret:
@@ -67,8 +80,7 @@ def load_module(source: str, interpret: bool):
 
         if interpret and hasattr(triton, "knobs"):
             triton.knobs.runtime.interpret = True
-        tmp = Path(tempfile.mkdtemp(prefix="aotpack-interp-"))
-        path = tmp / f"interp_{abs(hash(source))}.py"
+        path = _module_dir() / f"interp_{abs(hash(source))}.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
