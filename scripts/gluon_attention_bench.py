@@ -205,9 +205,10 @@ def _ws_producer(q_desc, kv_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_read
 
 
 @gluon.jit
-def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, out_ptr, row0, m0, h, H, S,
-                 kv_end, unmasked_end, n_blocks, qk_scale_log2, HALF: gl.constexpr, BN: gl.constexpr,
-                 D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, my_turn, other_turn, out_ptr,
+                 row0, m0, h, H, S, kv_end, unmasked_end, n_blocks, qk_scale_log2, HALF: gl.constexpr,
+                 BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                 PINGPONG: gl.constexpr, FIRST: gl.constexpr):
     dtype: gl.constexpr = gl.bfloat16
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -233,10 +234,14 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
         stage = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
-        s = warpgroup_mma(q_smem, k_ring.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
+        if PINGPONG:  # the two consumers take turns at issuing their products (FIRST goes first)
+            mbarrier.wait(my_turn, ((j - 1) & 1) ^ FIRST)
+        s = warpgroup_mma(q_smem, k_ring.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(other_turn, count=1)
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(stage), count=1)
         j0 = j * BN
@@ -269,7 +274,7 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
 @gluon.jit
 def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2,
                      BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+                     CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
     dtype: gl.constexpr = gl.bfloat16
     HALF: gl.constexpr = BM // 2
     if CAUSAL:
@@ -308,16 +313,20 @@ def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_l
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)  # both consumers release a stage
         mbarrier.init(v_empty.index(i), count=2)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turns.index(0), count=1)
+    mbarrier.init(turns.index(1), count=1)
     fence_async_shared()
     q_col = h * D
     k_col = H * D + h * D
     v_col = 2 * H * D + h * D
     gl.warp_specialize([
-        (_ws_consumer, (q_smem.index(0), k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, out_ptr, row0,
-                        m0, h, H, S, kv_end, unmasked_end, n_blocks, qk_scale_log2, HALF, BN, D, STAGES, CAUSAL)),
-        (_ws_consumer, (q_smem.index(1), k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, out_ptr, row0,
-                        m0 + HALF, h, H, S, kv_end, unmasked_end, n_blocks, qk_scale_log2, HALF, BN, D, STAGES,
-                        CAUSAL)),
+        (_ws_consumer, (q_smem.index(0), k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turns.index(0),
+                        turns.index(1), out_ptr, row0, m0, h, H, S, kv_end, unmasked_end, n_blocks, qk_scale_log2,
+                        HALF, BN, D, STAGES, CAUSAL, PINGPONG, 1)),
+        (_ws_consumer, (q_smem.index(1), k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turns.index(1),
+                        turns.index(0), out_ptr, row0, m0 + HALF, h, H, S, kv_end, unmasked_end, n_blocks,
+                        qk_scale_log2, HALF, BN, D, STAGES, CAUSAL, PINGPONG, 0)),
         (_ws_producer, (q_desc, kv_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, row0, m0,
                         q_col, k_col, v_col, n_blocks, HALF, BN, STAGES)),
     ], [4, 1], [232, 24])
@@ -327,7 +336,8 @@ def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_l
 VARIANTS = [(64, 64, 2, 4, False), (64, 64, 2, 4, True), (64, 64, 3, 4, True), (64, 128, 2, 4, True),
             (128, 64, 3, 8, True), (128, 128, 2, 8, True), (128, 64, 2, 8, False)]
 # the warp-specialised kernel: (BM, BN, stages); 4 warps a consumer, one producer warp
-WS_VARIANTS = [(128, 64, 2), (128, 64, 3), (128, 128, 2), (128, 128, 3)]
+WS_VARIANTS = [(128, 64, 2, False), (128, 128, 2, False), (128, 64, 2, True), (128, 128, 2, True),
+               (128, 128, 3, True)]
 
 SHAPES = {  # name: (batch, heads, seq, head dim, causal, padded)
     "bert_padded_b8": (8, 12, 2048, 64, False, True),
@@ -339,6 +349,8 @@ SIGNATURE = {"qkv_ptr": "*bf16", "out_ptr": "*bf16", "lengths_ptr": "*i32", "tot
              "H": "i32", "qk_scale_log2": "fp32", "BM": "constexpr", "BN": "constexpr", "D": "constexpr",
              "STAGES": "constexpr", "CAUSAL": "constexpr", "OVERLAP": "constexpr", "num_warps": "constexpr"}
 
+SIGNATURE_WS = {("PINGPONG" if k == "OVERLAP" else k): v for k, v in SIGNATURE.items()}
+
 
 def kernels(which: str = "all") -> list[tuple[str, object, dict]]:
     """(label, kernel, launch constants) of the variants timed: "plain", "ws" (warp-specialised) or "all"."""
@@ -346,9 +358,9 @@ def kernels(which: str = "all") -> list[tuple[str, object, dict]]:
     for bm, bn, stages, warps, overlap in VARIANTS if which in ("plain", "all") else ():
         label = f"{'overlapped' if overlap else 'serial'} {bm}x{bn}, {stages} stages, {warps} warps"
         out.append((label, attention_fwd, dict(BM=bm, BN=bn, STAGES=stages, OVERLAP=overlap, num_warps=warps)))
-    for bm, bn, stages in WS_VARIANTS if which in ("ws", "all") else ():
-        label = f"warp-specialised {bm}x{bn}, {stages} stages, 2 x 4 + 1 warps"
-        out.append((label, attention_fwd_ws, dict(BM=bm, BN=bn, STAGES=stages, OVERLAP=True, num_warps=4)))
+    for bm, bn, stages, pingpong in WS_VARIANTS if which in ("ws", "all") else ():
+        label = f"warp-specialised{' ping-pong' if pingpong else ''} {bm}x{bn}, {stages} stages, 2 x 4 + 1 warps"
+        out.append((label, attention_fwd_ws, dict(BM=bm, BN=bn, STAGES=stages, PINGPONG=pingpong, num_warps=4)))
     return out
 
 
@@ -358,7 +370,8 @@ def compile_for_sm90(kernel, constants: dict, d: int, causal: bool):
 
     constants = dict(constants, D=d, CAUSAL=causal)
     attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
-    source = GluonASTSource(kernel, SIGNATURE, constants, attrs)
+    signature = SIGNATURE_WS if kernel is attention_fwd_ws else SIGNATURE
+    source = GluonASTSource(kernel, signature, constants, attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": constants["num_warps"]})
 
 
