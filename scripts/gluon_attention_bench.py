@@ -54,7 +54,10 @@ def _masked(s, j0, kv_len, rows, BN: gl.constexpr, CAUSAL: gl.constexpr, s_layou
 @gluon.jit
 def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2,
                   BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
+    # the launch's num_warps (a launch option, not a parameter: Triton's launcher would bind it to the parameter
+    # and compile for its default of 4)
+    num_warps: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = gl.bfloat16
     if CAUSAL:
         pid_m = gl.num_programs(0) - 1 - gl.program_id(0)  # the longest rows first
@@ -274,7 +277,7 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
 @gluon.jit
 def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2,
                      BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, num_warps: gl.constexpr):
+                     CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
     dtype: gl.constexpr = gl.bfloat16
     HALF: gl.constexpr = BM // 2
     if CAUSAL:
@@ -347,7 +350,7 @@ SHAPES = {  # name: (batch, heads, seq, head dim, causal, padded)
 
 SIGNATURE = {"qkv_ptr": "*bf16", "out_ptr": "*bf16", "lengths_ptr": "*i32", "total_rows": "i32", "S": "i32",
              "H": "i32", "qk_scale_log2": "fp32", "BM": "constexpr", "BN": "constexpr", "D": "constexpr",
-             "STAGES": "constexpr", "CAUSAL": "constexpr", "OVERLAP": "constexpr", "num_warps": "constexpr"}
+             "STAGES": "constexpr", "CAUSAL": "constexpr", "OVERLAP": "constexpr"}
 
 SIGNATURE_WS = {("PINGPONG" if k == "OVERLAP" else k): v for k, v in SIGNATURE.items()}
 
@@ -369,10 +372,11 @@ def compile_for_sm90(kernel, constants: dict, d: int, causal: bool):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     constants = dict(constants, D=d, CAUSAL=causal)
+    warps = constants.pop("num_warps")
     attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
     signature = SIGNATURE_WS if kernel is attention_fwd_ws else SIGNATURE
     source = GluonASTSource(kernel, signature, constants, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": constants["num_warps"]})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
 
 
 def registers(kernel) -> str:
