@@ -33,8 +33,13 @@ from pathlib import Path
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed after 3.6
@@ -49,6 +54,32 @@ def _masked(s, j0, kv_len, rows, BN: gl.constexpr, CAUSAL: gl.constexpr, s_layou
     if CAUSAL:
         keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
     return gl.where(keep, s, _NEG_INF)
+
+
+@gluon.jit
+def _softmax_block(s, m_i, l_i, j0, unmasked_end, kv_end, rows, qk_scale_log2, BN: gl.constexpr,
+                   CAUSAL: gl.constexpr, s_layout: gl.constexpr):
+    """The block of keys at j0 folded into the online softmax: its probabilities (against the new row maximum),
+    the factor that rescales what was summed before, the new row sums and maxima. Scores are raw dot products;
+    the scale is folded into the exponent (exp2(x * c - max * c))."""
+    if j0 + BN > unmasked_end:
+        s = _masked(s, j0, kv_end, rows, BN, CAUSAL, s_layout)
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_safe = gl.where(m_new == _NEG_INF, 0.0, m_new) * qk_scale_log2  # every key masked so far: exp2(-inf) = 0
+    alpha = gl.exp2(gl.where(m_i == _NEG_INF, 0.0, m_i) * qk_scale_log2 - m_safe)
+    p = gl.exp2(s * qk_scale_log2 - gl.expand_dims(m_safe, 1))
+    return p, alpha, l_i * alpha + gl.sum(p, axis=1), m_new
+
+
+@gluon.jit
+def _store_rows(acc, l_i, out_ptr, row0, m0, h, H, S, ROWS: gl.constexpr, D: gl.constexpr, o_layout: gl.constexpr):
+    """acc / l_i into out[row0 + m0 + i, h, :] for the rows before S (a row with every key masked gets zeros)."""
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    result = acc / gl.expand_dims(gl.where(l_o > 0, l_o, 1.0), 1)
+    out_rows = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    offsets = ((row0 + gl.expand_dims(out_rows, 1)) * H + h) * D + gl.expand_dims(cols, 0)
+    gl.store(out_ptr + offsets, result.to(out_ptr.dtype.element_ty), mask=gl.expand_dims(out_rows < S, 1))
 
 
 @gluon.jit
@@ -124,12 +155,9 @@ def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2
     mbarrier.wait(k_bars.index(0), 0)
     s = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
-    if unmasked_end < BN:
-        s = _masked(s, 0, kv_end, rows, BN, CAUSAL, s_layout)
-    m_i = gl.max(s, axis=1)
-    m_safe = gl.where(m_i == _NEG_INF, 0.0, m_i) * qk_scale_log2
-    p = gl.exp2(s * qk_scale_log2 - gl.expand_dims(m_safe, 1))
-    l_i = gl.sum(p, axis=1)
+    p, alpha, l_i, m_i = _softmax_block(s, gl.full([BM], _NEG_INF, gl.float32, row_s),
+                                        gl.zeros([BM], gl.float32, row_s), 0, unmasked_end, kv_end, rows,
+                                        qk_scale_log2, BN, CAUSAL, s_layout)
 
     for j in range(1, n_blocks):
         stage = j % STAGES
@@ -143,15 +171,8 @@ def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2
             s = warpgroup_mma_wait(1, deps=(s,))  # the scores; the previous block's product stays in flight
         else:
             s, acc = warpgroup_mma_wait(0, deps=(s, acc))
-        j0 = j * BN
-        if j0 + BN > unmasked_end:
-            s = _masked(s, j0, kv_end, rows, BN, CAUSAL, s_layout)
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        m_safe = gl.where(m_new == _NEG_INF, 0.0, m_new) * qk_scale_log2
-        alpha = gl.exp2(gl.where(m_i == _NEG_INF, 0.0, m_i) * qk_scale_log2 - m_safe)
-        p = gl.exp2(s * qk_scale_log2 - gl.expand_dims(m_safe, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
+        p, alpha, l_i, m_i = _softmax_block(s, m_i, l_i, j * BN, unmasked_end, kv_end, rows, qk_scale_log2, BN,
+                                            CAUSAL, s_layout)
         if OVERLAP:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -175,13 +196,7 @@ def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
     mbarrier.invalidate(q_bar)
-
-    l_o = gl.convert_layout(l_i, row_o)
-    result = acc / gl.expand_dims(gl.where(l_o > 0, l_o, 1.0), 1)
-    out_rows = m0 + gl.arange(0, BM, layout=row_o)
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    offsets = ((row0 + gl.expand_dims(out_rows, 1)) * H + h) * D + gl.expand_dims(cols, 0)
-    gl.store(out_ptr + offsets, result.to(dtype), mask=gl.expand_dims(out_rows < S, 1))
+    _store_rows(acc, l_i, out_ptr, row0, m0, h, H, S, BM, D, o_layout)
 
 
 # Warp-specialised: a one-warp producer partition issues every TMA load into the ring and waits for a stage to be
@@ -227,12 +242,9 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
     s = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    if unmasked_end < BN:
-        s = _masked(s, 0, kv_end, rows, BN, CAUSAL, s_layout)
-    m_i = gl.max(s, axis=1)
-    m_safe = gl.where(m_i == _NEG_INF, 0.0, m_i) * qk_scale_log2
-    p = gl.exp2(s * qk_scale_log2 - gl.expand_dims(m_safe, 1))
-    l_i = gl.sum(p, axis=1)
+    p, alpha, l_i, m_i = _softmax_block(s, gl.full([HALF], _NEG_INF, gl.float32, row_s),
+                                        gl.zeros([HALF], gl.float32, row_s), 0, unmasked_end, kv_end, rows,
+                                        qk_scale_log2, BN, CAUSAL, s_layout)
     for j in range(1, n_blocks):
         stage = j % STAGES
         prev = (j - 1) % STAGES
@@ -247,15 +259,8 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
             mbarrier.arrive(other_turn, count=1)
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(stage), count=1)
-        j0 = j * BN
-        if j0 + BN > unmasked_end:
-            s = _masked(s, j0, kv_end, rows, BN, CAUSAL, s_layout)
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        m_safe = gl.where(m_new == _NEG_INF, 0.0, m_new) * qk_scale_log2
-        alpha = gl.exp2(gl.where(m_i == _NEG_INF, 0.0, m_i) * qk_scale_log2 - m_safe)
-        p = gl.exp2(s * qk_scale_log2 - gl.expand_dims(m_safe, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
+        p, alpha, l_i, m_i = _softmax_block(s, m_i, l_i, j * BN, unmasked_end, kv_end, rows, qk_scale_log2, BN,
+                                            CAUSAL, s_layout)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -265,13 +270,7 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
     acc = warpgroup_mma(p_op, v_ring.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(v_empty.index(last), count=1)
-
-    l_o = gl.convert_layout(l_i, row_o)
-    result = acc / gl.expand_dims(gl.where(l_o > 0, l_o, 1.0), 1)
-    out_rows = m0 + gl.arange(0, HALF, layout=row_o)
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    offsets = ((row0 + gl.expand_dims(out_rows, 1)) * H + h) * D + gl.expand_dims(cols, 0)
-    gl.store(out_ptr + offsets, result.to(dtype), mask=gl.expand_dims(out_rows < S, 1))
+    _store_rows(acc, l_i, out_ptr, row0, m0, h, H, S, HALF, D, o_layout)
 
 
 @gluon.jit
@@ -360,10 +359,10 @@ def kernels(which: str = "all") -> list[tuple[str, object, dict]]:
     out = []
     for bm, bn, stages, warps, overlap in VARIANTS if which in ("plain", "all") else ():
         label = f"{'overlapped' if overlap else 'serial'} {bm}x{bn}, {stages} stages, {warps} warps"
-        out.append((label, attention_fwd, dict(BM=bm, BN=bn, STAGES=stages, OVERLAP=overlap, num_warps=warps)))
+        out.append((label, attention_fwd, {"BM": bm, "BN": bn, "STAGES": stages, "OVERLAP": overlap, "num_warps": warps}))
     for bm, bn, stages, pingpong in WS_VARIANTS if which in ("ws", "all") else ():
         label = f"warp-specialised{' ping-pong' if pingpong else ''} {bm}x{bn}, {stages} stages, 2 x 4 + 1 warps"
-        out.append((label, attention_fwd_ws, dict(BM=bm, BN=bn, STAGES=stages, PINGPONG=pingpong, num_warps=4)))
+        out.append((label, attention_fwd_ws, {"BM": bm, "BN": bn, "STAGES": stages, "PINGPONG": pingpong, "num_warps": 4}))
     return out
 
 
@@ -391,7 +390,7 @@ def registers(kernel) -> str:
         f.write(kernel.asm["cubin"])
         f.flush()
         tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
-        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True, check=True).stdout
     return " ".join(re.findall(r"REG:\d+|LOCAL:\d+", usage))
 
 
@@ -454,9 +453,10 @@ def run_gpu(out_dir: Path, which: str) -> int:
             out = torch.empty(batch, seq, heads, d, device="cuda", dtype=torch.bfloat16)
             grid = (triton.cdiv(seq, constants["BM"]), batch * heads)
 
-            def launch(out=out, kernel=kernel, constants=constants, grid=grid):
-                kernel[grid](qkv, out, lengths, batch * seq, seq, heads, math.log2(math.e) / math.sqrt(d),
-                             D=d, CAUSAL=causal, **constants)
+            def launch(out=out, kernel=kernel, constants=constants, grid=grid, qkv=qkv, lengths=lengths, rows=batch * seq,
+                       seq=seq, heads=heads, d=d, causal=causal):
+                kernel[grid](qkv, out, lengths, rows, seq, heads, math.log2(math.e) / math.sqrt(d), D=d, CAUSAL=causal,
+                             **constants)
 
             entry = {"variant": label}
             try:
@@ -469,7 +469,7 @@ def run_gpu(out_dir: Path, which: str) -> int:
                 entry["vs_sdpa"] = round(sdpa_ms / entry["ms"], 3)
                 print(f"  {label}: {entry['ms']:.4f} ms, {entry['vs_sdpa']:.2f}x sdpa's speed, max err {err:.2e}",
                       flush=True)
-            except Exception as error:  # a variant that fails to compile or launch is reported, not fatal
+            except Exception as error:  # noqa: BLE001 (a variant that fails to compile or launch is reported, not fatal)
                 entry["error"] = f"{type(error).__name__}: {error}"[:500]
                 print(f"  {label}: {entry['error']}", flush=True)
             row["variants"].append(entry)
