@@ -184,6 +184,11 @@ for name in ("padding_additive", "padding_bool"):
     render.skips_dead_keys = lambda kernel: False
     walking = render.render_triton_library(program)
     render.skips_dead_keys = scanning
+    # the scan two blocks a step (four in one step by default at 160 keys): two steps, the second's last block
+    # past the keys
+    render.SCAN_BLOCKS = 2
+    two_a_step = render.render_triton_library(program)
+    render.SCAN_BLOCKS = 16
     x = torch.randn(5, 150, 16)
     # Whole key blocks the mask leaves alone, walked without reading it ("dense"), next to blocks that read it:
     # a partial block before them, a dead one before them, none after them (128 keys), and a masked key (70)
@@ -192,6 +197,7 @@ for name in ("padding_additive", "padding_bool"):
                                      range(150)])
     (dense_skipped,), dense_errors = run_program(program, skipping, [x, dense_pads])
     (dense_walked,), _ = run_program(program, walking, [x, dense_pads])
+    (dense_two,), two_errors = run_program(program, two_a_step, [x, dense_pads])
     with torch.no_grad():
         dense_ref = model(x, dense_pads)
     inputs = [x, pads(150)]
@@ -199,6 +205,7 @@ for name in ("padding_additive", "padding_bool"):
         ref = model(*inputs)
     (skipped,), errors = run_program(program, skipping, inputs)
     (walked,), more_errors = run_program(program, walking, inputs)
+    (two,), _ = run_program(program, two_a_step, inputs)
     # NaN in the keys and values of sequence 1's dead blocks (positions 64 on): the walking kernel's zero
     # weights times NaN give NaN in its live rows; the kernel that skips the blocks never reads them.
     x[1, 64:] = float("nan")
@@ -206,8 +213,10 @@ for name in ("padding_additive", "padding_bool"):
     (walked_nan,), _ = run_program(program, walking, [x, pads(150)])
     report[name] = {"scans": "live_lo" in skipping.source and "live_lo" not in walking.source,
                     "dense": "dense_lo" in skipping.source and "dense_lo" not in walking.source,
-                    "errors": errors + more_errors + dense_errors,
+                    "errors": errors + more_errors + dense_errors + two_errors,
                     "identical": bool(torch.equal(skipped, walked)) and bool(torch.equal(dense_skipped, dense_walked)),
+                    "two_a_step": "tl.arange(0, 2 * BN)" in two_a_step.source and bool(torch.equal(two, walked))
+                                  and bool(torch.equal(dense_two, dense_walked)),
                     "rel": max(relative_error(skipped.numpy(), ref.numpy()),
                                relative_error(dense_skipped.numpy(), dense_ref.numpy())),
                     "skipped": bool(torch.isfinite(skipped_nan[1, :10]).all() and walked_nan[1, :10].isnan().any())}
@@ -221,7 +230,8 @@ def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     a hole inside the live keys, and a sequence with every key masked (walked whole: eager's uniform weights
     under the additive mask, zeros under the boolean one), 150 keys in blocks of 64; and the whole blocks the
     mask leaves alone walked without reading it, before, after and broken by blocks that read it. The result
-    is the walking kernel's, bit for bit, and eager's."""
+    is the walking kernel's, bit for bit, and eager's, with the scan reading its blocks all in one step or in
+    two steps."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     result = subprocess.run([sys.executable, "-c", DEAD_KEYS, str(HERE), str(HERE.parent / "e2e")],
                             check=False, env=env, capture_output=True, text=True, timeout=600)
@@ -230,6 +240,7 @@ def test_attention_skips_key_blocks_a_padding_mask_removes_bit_for_bit():
     assert set(report) == {"padding_additive", "padding_bool"}
     for name, run in report.items():
         assert run["scans"] and run["dense"] and not run["errors"] and run["identical"] and run["rel"] <= 1e-5, (name, run)
+        assert run["two_a_step"], (name, run)
         assert run["skipped"], (name, run)
 
 

@@ -680,6 +680,7 @@ class TritonRenderer(KernelRenderer):
                 "q_len": writer.index(k.q_len), "kv_len": writer.index(k.kv_len), "head_dim": head_dim,
                 "value_dim": value_dim, "scale": repr(k.scale), "causal": k.causal, "diagonal": diagonal,
                 "mask": k.mask is not None, "skip_dead_keys": skips_dead_keys(k), "live": live, "neutral": neutral,
+                "scan_blocks": min(SCAN_BLOCKS, next_pow2(-(-self.max(k.kv_len) // bn))),
                 "mask_lines": writer.lines, "checks": _checks(writer.checks), "masked_score": score,
                 "fold_scale": fold_scale, "log2_e": repr(LOG2_E), "tma": config.tma,
                 "precision": "ieee" if wide else "tf32", "store_value": self._store("result", k.dtype),
@@ -767,6 +768,9 @@ EARLY_EPILOGUE_ELEMENTS = 64 * 64
 ROW_PER_PROGRAM_ROWS = 16
 ROW_PER_PROGRAM_ELEMENTS = 1024
 PRODUCT_NAMES = frozenset({"acc", "acc_own", "acc_pair"})  # the template's names of the product in an epilogue
+# Blocks of keys an attention kernel's scan for live keys (a padding mask's: skips_dead_keys) reads a step, at
+# most (fewer where the keys are fewer): 16 x 64 keys are 8 mask values a thread at 4 warps.
+SCAN_BLOCKS = 16
 TMA_MIN_ARCH = 90  # the tensor memory accelerator: Hopper and later
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * log2(e)): the GPU's exponential is base 2
 
