@@ -4,7 +4,7 @@
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as 6-row panels packed here.
 // Tiles of up to AOTPACK_DOT_MAX_ROWS rows take dot products instead: b's columns are contiguous in k.
-extern "C" void k_c944aa19ff4f4642(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_d9d63cd3acb3e685(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const uint16_t* __restrict in0 = (const uint16_t*)buffers[0];
   const uint16_t* __restrict in1 = (const uint16_t*)buffers[1];
   const uint16_t* __restrict in2 = (const uint16_t*)buffers[2];
@@ -79,8 +79,7 @@ extern "C" void k_c944aa19ff4f4642(const aotpack_kernel_ctx* ctx, void* const* b
             // a strip of fewer than 6 rows (the last, when the rows are not a multiple of 6) computes only those
             const int64_t strip_rows = std::min(MR, mb - s * MR);
             const aotpack_b_panel bs{panel};
-            if (strip_rows == MR) aotpack_ukernel<6>(kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
-            else aotpack_ukernel_rows(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
+            aotpack_ukernel_strip(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
           }
         }
       }

@@ -3,7 +3,7 @@
 // Each task owns an MC x NC tile of out, accumulated in a float tile in its thread's scratch, KC steps of k
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (evaluated here from b's expression, never
 // stored: implicit GEMM) and a as six rows in place.
-extern "C" void k_bbba52e0bca01a7b(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_35a5acd74ae56609(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -105,12 +105,10 @@ extern "C" void k_bbba52e0bca01a7b(const aotpack_kernel_ctx* ctx, void* const* b
             const int64_t strip_rows = std::min(MR, mb - s * MR);
             if (strip_run[j]) {
               const aotpack_b_rows bs{in1 + coff[j * NR], brow};
-              if (strip_rows == MR) aotpack_ukernel<6>(kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
-              else aotpack_ukernel_rows(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
+              aotpack_ukernel_strip(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
             } else {
               const aotpack_b_panel bs{panel};
-              if (strip_rows == MR) aotpack_ukernel<6>(kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
-              else aotpack_ukernel_rows(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
+              aotpack_ukernel_strip(strip_rows, kb, rows, bs, tile + s * MR * NC + j * NR, NC, k0 > 0);
             }
           }
         }
