@@ -3,7 +3,8 @@
 # BERT-base's package launches it at batch 8 x 2048 with the benchmark's padding. Sessions 23-30 timed the model's
 # kernel 12-18% slower than the benchmark's with the same source, blocks and padding; this puts the two side by
 # side (duration, SM clock, registers, occupancy, issue slots, warp stall reasons, pipe use) and says what bounds
-# the kernel. Not run on a GPU yet (session 31 wrote it after its last lease).
+# the kernel. First run in session 34 (H100): the two launches took the same time (docs/performance.md, "The
+# padding scan, 16 key blocks a step").
 #
 #   scripts/gpu_attention_ncu.sh OUT_DIR [PACKAGE]    # on the GPU machine; ~3 minutes, most of it BERT's export
 #
