@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.run --cases gpt2 --no-aoti --repeat 3
 
 For each model: one aotpack package over the declared ranges and one AOTInductor package with the same
-dynamic dims; every row runs the three on the same inputs, median of --repeat runs after a warm-up, with
+dynamic dims; every row runs the three on the same inputs, median of --repeat runs after a warm-up (WARMUP_S), with
 the same thread count everywhere. Outputs are checked against eager before anything is timed.
 """
 
@@ -54,8 +54,18 @@ class Result:
     ms: dict[str, float] = field(default_factory=dict)
 
 
+# Each system runs for at least this long before it is timed. One call was not enough: on a 2-core KVM guest a
+# thread pool whose workers sleep between loops (aotpack's) ran the CNN example's first 10-20 two-thread runs at
+# one thread's speed (2.2-2.4 against 1.2-1.3 ms a run), until the host's halt polling adapted, so ten timed
+# runs measured the warm-up (session 34).
+WARMUP_S = 0.25
+
+
 def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up
+    start = time.perf_counter()
+    fn()
+    while time.perf_counter() - start < WARMUP_S:
+        fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
