@@ -4,10 +4,11 @@ and the C++ runtime alone, on one package, in one process (the C++ tool in a pro
     python3 scripts/gpu_run_overhead.py OUT_DIR [--model gpt2] [--seqs 1,128] [--package PKG] [--rounds 7]
 
 Issue 12 asks GPT-2 at one token for 0.3 ms through the benchmark's Python call; the C++ runtime's replay met it
-in sessions 30 and 34 (0.267-0.272 ms) and Python's `run()` did not (0.325), a gap much larger than the binding's
-own work timed against the fake driver (8.5-9.5 us, docs/performance.md). Each row below takes away one layer of
-what `Session.run` does, timed in turns (ROUNDS rounds of CALLS calls, medians of the rounds' medians), so the
-layer that costs is the difference of two rows:
+in sessions 30 and 34 (0.267-0.272 ms) and gpu_bench's Python `run()` did not (0.325), a gap much larger than the
+binding's own work timed against the fake driver (8.5-9.5 us). This script found why (session 35; --stages): the
+benchmark timed it in a process where torch.profiler had run (docs/performance.md, "Wall times after a
+profiler"). Each row below takes away one layer of what `Session.run` does, timed in turns (ROUNDS rounds of
+CALLS calls, medians of the rounds' medians), so the layer that costs is the difference of two rows:
 
 - `session.run`: the public call (inputs filled into kept ctypes structs, torch's raw current stream, the C call
   `aotpack_session_run_after`, the outputs' DeviceTensors);
@@ -23,7 +24,8 @@ layer that costs is the difference of two rows:
 - the C++ tool's replay and queued runs (`aotpack-run --io device`), as scripts/gpu_bench.py reads them.
 
 The package is exported through the CLI's pipeline with default settings (verification on; tuning on where the
-GPU is local) unless --package names an existing one (a missing one is exported there). Results go to OUT_DIR/run_overhead.json as they come.
+GPU is local) unless --package names an existing one (a missing one is exported there). Results go to
+OUT_DIR/run_overhead.json as they come.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def main() -> int:
         save()
     if args.stages:
         inputs = make_inputs(args.model, module, batch, 1)
-        result["stages"] = after_stages(session, [x.cuda() for x in inputs], model_file, args.rounds, save)
+        result["stages"] = []  # filled stage by stage, saved as each ends
+        after_stages(session, [x.cuda() for x in inputs], model_file, args.rounds, result["stages"], save)
     result["host_launch_us_after"] = round(host_launch_us(), 2)
     result["context_flags"] = context_flags()
     save()
@@ -172,12 +175,12 @@ def time_layers(session, other, dev: list, rounds: int) -> dict:
     return {"us": {name: round(statistics.median(v), 2) for name, v in times.items()}, "rounds_us": times}
 
 
-def after_stages(session, dev: list, model_file: Path, rounds: int, save) -> list[dict]:
+def after_stages(session, dev: list, model_file: Path, rounds: int, results: list[dict], save) -> None:
     """session.run, the C call under it and torch's round trip timed again after each thing scripts/gpu_bench.py's
-    process has done by the time it times a model (gpu_bench's Python runs were 0.325 ms at GPT-2's one token
-    where this script's were 0.278 on the same H100, session 35): CUPTI's activity tracing through
-    torch.profiler (gpu_bench's kernel times), the eager model's runs, a torch.compile(mode="reduce-overhead")
-    model's runs."""
+    process had done by the time it timed a model until session 35 (its Python runs were 0.325 ms at GPT-2's one
+    token where this script's were 0.278 on the same H100): CUPTI's activity tracing through torch.profiler
+    (gpu_bench's kernel times, which since run in a process of their own), the eager model's runs, a
+    torch.compile(mode="reduce-overhead") model's runs."""
     import copy
 
     import torch
@@ -214,7 +217,6 @@ def after_stages(session, dev: list, model_file: Path, rounds: int, save) -> lis
 
     stages = {"before": lambda: None, "after a torch.profiler run": lambda: gpu_time_per_run(rows["session.run"]),
               "after eager runs": run_eager, "after torch.compile reduce-overhead runs": run_compiled}
-    results = []
     for stage, do in stages.items():
         do()
         session.run(dev)
@@ -223,7 +225,6 @@ def after_stages(session, dev: list, model_file: Path, rounds: int, save) -> lis
         results.append({"stage": stage, "us": {name: round(statistics.median(v), 2) for name, v in times.items()}})
         print(json.dumps(results[-1]), flush=True)
         save()
-    return results
 
 
 def context_flags() -> int | str:

@@ -47,8 +47,10 @@ outputs must equal the reference's bit for bit (the first of --runs: `none/off` 
 changes the kernels (`unpaired`, `buckets4x`) may round differently, so each run's largest difference to the
 reference, relative to its largest output, is recorded too.
 --timeline adds where each run's wall time goes at each point (timeline(): host time before and after the GPU's
-work, the GPU span, kernel time, idle gaps and the largest of them). Results go to OUT_DIR/pdl_bench.json as they
-come.
+work, the GPU span, kernel time, idle gaps and the largest of them). It profiles through torch.profiler, and CUPTI,
+once on, slows every later launch of the process (session 35: a GPT-2 run 0.286 -> 0.327 ms on an H100), so the
+walls of every point after the first timeline are high for every run alike: the runs' ratios hold, their times do
+not (compare those with a run without --timeline). Results go to OUT_DIR/pdl_bench.json as they come.
 """
 
 from __future__ import annotations
