@@ -1,6 +1,6 @@
 """scripts/gpu_bench.py's GPU time of a call from its activities: kernels apart from copies and memsets, and the
 kernels' time per family (by the plan's step order, else the package's kernel names), averaged over the calls
-profiled, and the markdown table of it (no GPU needed)."""
+profiled, the markdown table of it, and the child process that measures it (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,23 @@ def test_the_family_table_lists_every_point_with_its_families_largest_first():
     assert lines[3] == "| model | seq | matmul | attention | row |"
     assert lines[5] == "| GPT-2 | 1 | 0.200 | - | 0.050 |" and lines[6] == "|  | 2048 | 1.100 | 0.300 | 0.100 |"
     assert gpu_bench.family_table({"models": [{"label": "x", "points": [{"seq": 1}]}]}) == []
+
+
+def test_kernel_times_come_from_a_child_process_by_seq(monkeypatch, tmp_path):
+    # The child's last KERNEL_TIMES line, keyed by seq (JSON's string keys back to ints); the child gets the model,
+    # the package and the seqs (a stand-in for kernel_times: no GPU here)
+    child = ("import json, sys; name, package, seqs = sys.argv[2:5]; "
+             "print('KERNEL_TIMES ' + json.dumps({s: {'aotpack_kernel_ms': 0.25 * int(s), 'of': [name, package]} "
+             "for s in seqs.split(',')}))")
+    monkeypatch.setattr(gpu_bench, "KERNEL_TIMES_CODE", child)
+    times, failed = gpu_bench.kernel_times_in_child("gpt2", tmp_path / "p.aotpack", (1, 128))
+    assert failed is None
+    assert times == {1: {"aotpack_kernel_ms": 0.25, "of": ["gpt2", str(tmp_path / "p.aotpack")]},
+                     128: {"aotpack_kernel_ms": 32.0, "of": ["gpt2", str(tmp_path / "p.aotpack")]}}
+
+
+def test_a_child_that_fails_gives_no_kernel_times_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_bench, "KERNEL_TIMES_CODE", "import sys; sys.exit('the package has no CUDA kernels')")
+    times, failed = gpu_bench.kernel_times_in_child("gpt2", tmp_path / "p.aotpack", (1,))
+    assert times == {}
+    assert failed.startswith("kernel times failed (rc 1)") and "the package has no CUDA kernels" in failed
