@@ -9,7 +9,7 @@
 # exp(x) is taken as exp2(x * log2(e)) of the difference to the row's maximum: the difference is finite even
 # where a mask adds float32's lowest value, which scaled up front would overflow to -inf.
 @triton.jit
-def t_c1d3ef28d1a4fc71(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+def t_41767647885043f8(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     H = 2
     G = 1
     SQ = s_n
@@ -61,12 +61,13 @@ def t_c1d3ef28d1a4fc71(in0, in1, out, s_n, BM: tl.constexpr, BN: tl.constexpr, B
         m0 = tl.load(in1 + i3 + kzero, mask=kmask, other=0)
         # each block's first key; blocks from `keys` on are not walked
         starts = j0 + tl.arange(0, 1) * BN
+        walked = starts < keys
         live_keys = tl.reshape(tl.where(kmask, (m0).to(tl.float32) > -1e+30, 0).to(tl.int32), [1, BN])
-        live = tl.where(starts < keys, tl.max(live_keys, 1), 0)
+        live = tl.where(walked, tl.max(live_keys, 1), 0)
         live_lo = tl.minimum(live_lo, tl.min(tl.where(live > 0, starts, keys)))
         live_hi = tl.maximum(live_hi, tl.max(tl.where(live > 0, starts + BN, 0)))
         dense_keys = tl.reshape(tl.where(kmask, (m0).to(tl.float32) == 0.0, 0).to(tl.int32), [1, BN])
-        dense = tl.where(starts < keys, tl.min(dense_keys, 1), 0)  # 0 where a key is past SK or changed
+        dense = tl.where(walked, tl.min(dense_keys, 1), 0)  # 0 where a key is past SK or changed
         dense_lo = tl.minimum(dense_lo, tl.min(tl.where(dense > 0, starts, keys)))
         dense_hi = tl.maximum(dense_hi, tl.max(tl.where(dense > 0, starts + BN, 0)))
         dense_blocks += tl.sum(dense)
