@@ -13,9 +13,11 @@ newest group outstanding). Keys and values come through TMA into a ring of share
 own mbarrier. This script is the measurement that decides whether the template gets a Gluon twin; it is not on
 the export path.
 
-Shapes: BERT's padded attention (8 x 12 heads x 2048, d64; sequence b keeps the benchmark's length, keys past it
-masked), GPT-2's causal (1 x 12 x 2048, d64) and the unpadded BERT shape. q, k and v are read from one packed
-[B * S, 3 * H * D] tensor, as a fused qkv product leaves them, through 2D TMA descriptors made in the kernel.
+Shapes (--shapes): BERT's padded attention (8 x 12 heads x 2048, d64; sequence b keeps the benchmark's length,
+keys past it masked), GPT-2's causal (1 x 12 x 2048, d64), the unpadded BERT shape and grouped-query causal
+attention at head dim 128 (32 query heads, 8 key and value heads; the shape sdpa wins against the template). q, k
+and v are read from one packed [B * S, (H + 2 * KVH) * D] tensor, as a fused qkv product leaves them, through 2D
+TMA descriptors made in the kernel.
 
 Written against Triton 3.6 and 3.9 alike (the GPU image has 3.6; this machine 3.9): the TMA load is looked up by
 either name (renamed after 3.6), mbarrier.expect takes its byte count positionally (its keyword was renamed).
@@ -83,7 +85,7 @@ def _store_rows(acc, l_i, out_ptr, row0, m0, h, H, S, ROWS: gl.constexpr, D: gl.
 
 
 @gluon.jit
-def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2,
+def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, KVH, qk_scale_log2,
                   BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     # the launch's num_warps (a launch option, not a parameter: Triton's launcher would bind it to the parameter
@@ -118,12 +120,13 @@ def attention_fwd(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    width = 3 * H * D
+    width = (H + 2 * KVH) * D  # q's H heads, then k's and v's KVH each (grouped-query attention: KVH < H)
     q_desc = tma.make_tensor_descriptor(qkv_ptr, [total_rows, width], [width, 1], [BM, D], smem_q)
     kv_desc = tma.make_tensor_descriptor(qkv_ptr, [total_rows, width], [width, 1], [BN, D], smem_kv)
+    hk = h // (H // KVH)
     q_col = h * D
-    k_col = H * D + h * D
-    v_col = 2 * H * D + h * D
+    k_col = H * D + hk * D
+    v_col = (H + KVH) * D + hk * D
 
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], smem_q)
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, D], smem_kv)
@@ -274,7 +277,7 @@ def _ws_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_emp
 
 
 @gluon.jit
-def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_log2,
+def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, KVH, qk_scale_log2,
                      BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
     dtype: gl.constexpr = gl.bfloat16
@@ -298,7 +301,7 @@ def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_l
     n_blocks = gl.cdiv(kv_end, BN)
     smem_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, D], dtype)
     smem_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
-    width = 3 * H * D
+    width = (H + 2 * KVH) * D
     q_desc = tma.make_tensor_descriptor(qkv_ptr, [total_rows, width], [width, 1], [HALF, D], smem_q)
     kv_desc = tma.make_tensor_descriptor(qkv_ptr, [total_rows, width], [width, 1], [BN, D], smem_kv)
     q_smem = gl.allocate_shared_memory(dtype, [2, HALF, D], smem_q)
@@ -319,9 +322,10 @@ def attention_fwd_ws(qkv_ptr, out_ptr, lengths_ptr, total_rows, S, H, qk_scale_l
     mbarrier.init(turns.index(0), count=1)
     mbarrier.init(turns.index(1), count=1)
     fence_async_shared()
+    hk = h // (H // KVH)
     q_col = h * D
-    k_col = H * D + h * D
-    v_col = 2 * H * D + h * D
+    k_col = H * D + hk * D
+    v_col = (H + KVH) * D + hk * D
     gl.warp_specialize([
         (_ws_consumer, (q_smem.index(0), k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turns.index(0),
                         turns.index(1), out_ptr, row0, m0, h, H, S, kv_end, unmasked_end, n_blocks, qk_scale_log2,
@@ -341,14 +345,16 @@ VARIANTS = [(64, 64, 2, 4, False), (64, 64, 2, 4, True), (64, 64, 3, 4, True), (
 WS_VARIANTS = [(128, 64, 2, False), (128, 128, 2, False), (128, 64, 2, True), (128, 128, 2, True),
                (128, 128, 3, True)]
 
-SHAPES = {  # name: (batch, heads, seq, head dim, causal, padded)
-    "bert_padded_b8": (8, 12, 2048, 64, False, True),
-    "bert_b8": (8, 12, 2048, 64, False, False),
-    "gpt2_causal_b1": (1, 12, 2048, 64, True, False),
+SHAPES = {  # name: (batch, heads, key and value heads, seq, head dim, causal, padded)
+    "bert_padded_b8": (8, 12, 12, 2048, 64, False, True),
+    "bert_b8": (8, 12, 12, 2048, 64, False, False),
+    "gpt2_causal_b1": (1, 12, 12, 2048, 64, True, False),
+    # scripts/gpu_attention_bench.py's gqa_causal_b1_d128: the shape where sdpa beats the template (0.82x, H100)
+    "gqa_causal_b1_d128": (1, 32, 8, 2048, 128, True, False),
 }
 
 SIGNATURE = {"qkv_ptr": "*bf16", "out_ptr": "*bf16", "lengths_ptr": "*i32", "total_rows": "i32", "S": "i32",
-             "H": "i32", "qk_scale_log2": "fp32", "BM": "constexpr", "BN": "constexpr", "D": "constexpr",
+             "H": "i32", "KVH": "i32", "qk_scale_log2": "fp32", "BM": "constexpr", "BN": "constexpr", "D": "constexpr",
              "STAGES": "constexpr", "CAUSAL": "constexpr", "OVERLAP": "constexpr"}
 
 SIGNATURE_WS = {("PINGPONG" if k == "OVERLAP" else k): v for k, v in SIGNATURE.items()}
@@ -395,11 +401,16 @@ def registers(kernel) -> str:
 
 
 def compile_only() -> int:
-    for causal in (False, True):
+    for d, causal in ((64, False), (64, True), (128, True)):
         for label, kernel, constants in kernels():
             start = time.perf_counter()
-            compiled = compile_for_sm90(kernel, constants, 64, causal)
-            print(f"triton {triton.__version__} causal={causal} {label}: {compiled.metadata.num_warps} warps, shared "
+            try:
+                compiled = compile_for_sm90(kernel, constants, d, causal)
+            except Exception as error:  # noqa: BLE001 (too much shared memory at d128, say: reported, not fatal)
+                print(f"triton {triton.__version__} d={d} causal={causal} {label}: {type(error).__name__}: "
+                      f"{str(error)[:200]}", flush=True)
+                continue
+            print(f"triton {triton.__version__} d={d} causal={causal} {label}: {compiled.metadata.num_warps} warps, shared "
                   f"{compiled.metadata.shared} B, {registers(compiled)}, {time.perf_counter() - start:.1f} s",
                   flush=True)
     return 0
@@ -410,10 +421,17 @@ def bert_lengths(batch: int, seq: int) -> list[int]:
     return [max(1, seq - (b + 1) * seq // (2 * batch)) for b in range(batch)]
 
 
-def reference(qkv, lengths, batch, heads, seq, d, causal):
+def split_heads(qkv, batch, heads, kv_heads, seq, d):
+    """q [B, H, S, D] and k, v [B, KVH, S, D] of the packed tensor (views)."""
+    q, k, v = qkv.view(batch, seq, heads + 2 * kv_heads, d).split([heads, kv_heads, kv_heads], dim=2)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def reference(qkv, lengths, batch, heads, kv_heads, seq, d, causal):
     import torch
 
-    q, k, v = qkv.float().view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)
+    q, k, v = split_heads(qkv.float(), batch, heads, kv_heads, seq, d)
+    k, v = k.repeat_interleave(heads // kv_heads, dim=1), v.repeat_interleave(heads // kv_heads, dim=1)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
     keep = torch.arange(seq, device=qkv.device)[None, :] < lengths[:, None].to(qkv.device)  # [B, S] keys
     keep = keep[:, None, None, :]
@@ -423,40 +441,40 @@ def reference(qkv, lengths, batch, heads, seq, d, causal):
     return (probs @ v).permute(0, 2, 1, 3)  # [B, S, H, D]
 
 
-def run_gpu(out_dir: Path, which: str) -> int:
+def run_gpu(out_dir: Path, which: str, shapes: list[str]) -> int:
     import torch
 
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     results = []
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, (batch, heads, seq, d, causal, padded) in SHAPES.items():
+    for name in shapes:
+        batch, heads, kv_heads, seq, d, causal, padded = SHAPES[name]
         torch.manual_seed(0)
-        qkv = torch.randn(batch * seq, 3 * heads * d, device="cuda", dtype=torch.bfloat16)
+        qkv = torch.randn(batch * seq, (heads + 2 * kv_heads) * d, device="cuda", dtype=torch.bfloat16)
         lengths = torch.tensor(bert_lengths(batch, seq) if padded else [seq] * batch, dtype=torch.int32,
                                device="cuda")
-        want = reference(qkv, lengths, batch, heads, seq, d, causal)
-        eager_bf16 = reference(qkv, lengths, batch, heads, seq, d, causal)  # float32 math; bf16 error below
-        q, k, v = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)
+        want = reference(qkv, lengths, batch, heads, kv_heads, seq, d, causal)
+        q, k, v = split_heads(qkv, batch, heads, kv_heads, seq, d)
         mask = None
         if padded:
             mask = (torch.arange(seq, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
 
         def sdpa(q=q, k=k, v=v, mask=mask, causal=causal):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                                    enable_gqa=k.shape[1] != q.shape[1])
 
         sdpa_err = (sdpa().float().permute(0, 2, 1, 3) - want).abs().max().item()
         sdpa_ms = triton.testing.do_bench_cudagraph(sdpa, rep=200)
         row = {"shape": name, "sdpa_ms": round(sdpa_ms, 4), "sdpa_max_err": sdpa_err, "variants": []}
         print(f"{name}: sdpa {sdpa_ms:.4f} ms (max err {sdpa_err:.2e})", flush=True)
-        del eager_bf16
         for label, kernel, constants in kernels(which):
             out = torch.empty(batch, seq, heads, d, device="cuda", dtype=torch.bfloat16)
             grid = (triton.cdiv(seq, constants["BM"]), batch * heads)
 
             def launch(out=out, kernel=kernel, constants=constants, grid=grid, qkv=qkv, lengths=lengths, rows=batch * seq,
-                       seq=seq, heads=heads, d=d, causal=causal):
-                kernel[grid](qkv, out, lengths, rows, seq, heads, math.log2(math.e) / math.sqrt(d), D=d, CAUSAL=causal,
-                             **constants)
+                       seq=seq, heads=heads, kv_heads=kv_heads, d=d, causal=causal):
+                kernel[grid](qkv, out, lengths, rows, seq, heads, kv_heads, math.log2(math.e) / math.sqrt(d), D=d,
+                             CAUSAL=causal, **constants)
 
             entry = {"variant": label}
             try:
@@ -486,12 +504,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90 (no GPU)")
     parser.add_argument("--kernels", choices=("plain", "ws", "all"), default="all",
                         help="which variants to time (a hang in one group, under a timeout, spares the other's results)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
     args = parser.parse_args(argv)
     if args.compile_only:
         return compile_only()
     if args.out_dir is None:
         parser.error("OUT_DIR is needed to run on a GPU")
-    return run_gpu(args.out_dir, args.kernels)
+    return run_gpu(args.out_dir, args.kernels, args.shapes.split(","))
 
 
 if __name__ == "__main__":
