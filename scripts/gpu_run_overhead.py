@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--package", type=Path)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--stages", action="store_true",
-                        help="then time the public call at seq 1 again after each thing gpu_bench's process does")
+                        help="then time the public call at seq 1 again after each thing gpu_bench's process did")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -73,7 +73,10 @@ def main() -> int:
     from gpu_bench import MODELS, cpp_replay_and_queued_ms, host_launch_us
 
     result: dict = {"model": args.model, "device": torch.cuda.get_device_name(0), "points": []}
-    save = lambda: (args.out_dir / "run_overhead.json").write_text(json.dumps(result, indent=1))
+
+    def save() -> None:
+        (args.out_dir / "run_overhead.json").write_text(json.dumps(result, indent=1))
+
     model_file = REPO / "examples" / args.model / "model.py"
     _, batch, dynamic = MODELS[args.model]
     os.environ["AOTPACK_EXAMPLE_SIZE"] = "full"  # the example's full-size configuration, in export and inputs
