@@ -112,20 +112,17 @@ def main() -> int:
     return 0
 
 
-def time_layers(session, other, dev: list, rounds: int) -> dict:
-    """The rows of the module's docstring at one shape, timed in turns: medians in us, and each round's. `other`:
-    a second session of the model."""
-    import gpu_clock
+def call_rows(session, dev: list) -> dict:
+    """The calls of the module docstring's rows timed one call at a time, by row name, on a session that has run
+    at `dev`'s shape (the C calls reuse the structs that run filled)."""
     import torch
     from aotpack import runtime
 
     lib, handle = session._lib, session._handle
-    tiny = torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
-    session.run(dev)  # the shape's graph recorded
-    filled = session._device_args  # the structs run() just filled, for the C calls alone
+    filled = session._device_args
     n = len(dev)
     torch_stream = session._torch_stream()
+    tiny = torch.zeros(1, device="cuda")
 
     def c_run_after():
         runtime._check(lib.aotpack_session_run_after(handle, filled.tensors, n, torch_stream))
@@ -146,6 +143,21 @@ def time_layers(session, other, dev: list, rounds: int) -> dict:
         tiny.add_(1.0)
         torch.cuda.synchronize()
 
+    return {"session.run": lambda: session.run(dev), "c run_after": c_run_after, "c run": c_run,
+            "enqueue+sync on torch's stream": queued, "python fill": fill,
+            "python outputs": session._device_outputs, "torch launch+sync": torch_round_trip}
+
+
+def time_layers(session, other, dev: list, rounds: int) -> dict:
+    """The rows of the module's docstring at one shape, timed in turns: medians in us, and each round's. `other`:
+    a second session of the model."""
+    import gpu_clock
+    import torch
+
+    torch.cuda.synchronize()
+    session.run(dev)  # the shape's graph recorded
+    rows = call_rows(session, dev)
+
     def sampled():
         with gpu_clock.GpuClock(gpu_clock.nvidia_smi_id(0)):
             time.sleep(0.3)  # nvidia-smi started and sampling
@@ -162,9 +174,6 @@ def time_layers(session, other, dev: list, rounds: int) -> dict:
 
     other.run(dev)
     timed_whole = {"session.run, nvidia-smi sampling": sampled, "session.run, another session between": interleaved}
-    rows = {"session.run": lambda: session.run(dev), "c run_after": c_run_after, "c run": c_run,
-            "enqueue+sync on torch's stream": queued, "python fill": fill,
-            "python outputs": session._device_outputs, "torch launch+sync": torch_round_trip}
     for fn in rows.values():  # warm-up
         for _ in range(50):
             fn()
@@ -187,22 +196,11 @@ def after_stages(session, dev: list, model_file: Path, rounds: int, results: lis
     import copy
 
     import torch
-    from aotpack import runtime
     from aotpack.exporter import load_model_file
     from gpu_bench import gpu_time_per_run
 
-    lib, handle, filled = session._lib, session._handle, session._device_args
-    torch_stream = session._torch_stream()
-    tiny = torch.zeros(1, device="cuda")
-
-    def torch_round_trip():
-        tiny.add_(1.0)
-        torch.cuda.synchronize()
-
-    rows = {"session.run": lambda: session.run(dev),
-            "c run_after": lambda: runtime._check(lib.aotpack_session_run_after(handle, filled.tensors, len(dev),
-                                                                                  torch_stream)),
-            "torch launch+sync": torch_round_trip}
+    rows = {name: fn for name, fn in call_rows(session, dev).items()
+            if name in ("session.run", "c run_after", "torch launch+sync")}
     eager = copy.deepcopy(load_model_file(model_file).model).to(torch.bfloat16).eval().cuda()
 
     def run_eager():
