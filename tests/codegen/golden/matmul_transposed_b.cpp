@@ -4,7 +4,7 @@
 // at a time. The 6x16 micro-kernel reads b as 16-column panels (packed here, zero-padded, whatever b's
 // strides and dtype) and a as six rows in place.
 // Tiles of up to AOTPACK_DOT_MAX_ROWS rows take dot products instead: b's columns are contiguous in k.
-extern "C" void k_48c04cba10400feb(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
+extern "C" void k_ed351ccb356da637(const aotpack_kernel_ctx* ctx, void* const* buffers, const int64_t* symbols) {
   const float* __restrict in0 = (const float*)buffers[0];
   const float* __restrict in1 = (const float*)buffers[1];
   float* __restrict out = (float*)buffers[2];
@@ -15,7 +15,11 @@ extern "C" void k_48c04cba10400feb(const aotpack_kernel_ctx* ctx, void* const* b
   const int64_t b_off = 0, b_sb = 0, b_sk = 1, b_sn = 8;
   (void)a_sk; (void)b_off; (void)b_sb; (void)b_sk; (void)b_sn;
   constexpr int64_t MR = AOTPACK_MR, NR = AOTPACK_NR, MC = 192, NC = 256, KC = 256;
-  const int64_t m_tiles = (M + MC - 1) / MC;
+  // Row tiles of about equal height (a multiple of 6, at most MC): 1024 rows in tiles of 192 would leave a last
+  // tile of 64, and of two threads one idle for a fifth of the product's time.
+  const int64_t fewest_m_tiles = std::max<int64_t>(1, (M + MC - 1) / MC);
+  const int64_t mc = std::clamp(((M + fewest_m_tiles - 1) / fewest_m_tiles + MR - 1) / MR * MR, MR, MC);
+  const int64_t m_tiles = (M + mc - 1) / mc;
   // Narrower column tiles (still a multiple of 16) when there would be too few tasks to keep threads busy.
   int64_t nc = NC;
   while (nc > 4 * NR && B * m_tiles * ((N + nc - 1) / nc) < 4 * ctx->num_threads) nc /= 2;
@@ -28,7 +32,7 @@ extern "C" void k_48c04cba10400feb(const aotpack_kernel_ctx* ctx, void* const* b
     (void)apack; (void)bpack;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bi = t / (m_tiles * n_tiles), mt = (t / n_tiles) % m_tiles, nt = t % n_tiles;
-      const int64_t m0 = mt * MC, n0 = nt * nc, mb = std::min(MC, M - m0), nb = std::min(nc, N - n0);
+      const int64_t m0 = mt * mc, n0 = nt * nc, mb = std::min(mc, M - m0), nb = std::min(nc, N - n0);
       const int64_t m_strips = (mb + MR - 1) / MR, n_strips = (nb + NR - 1) / NR;
       const float* __restrict a_base = in0 + a_off + bi * a_sb + m0 * a_sm;
       // A few rows against a b whose columns are contiguous in k (x @ w.T, a tied output embedding): a dot
