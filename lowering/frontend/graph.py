@@ -21,6 +21,7 @@ from ..ir.constant_over_box import constant_reduction
 from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
 from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
+from . import symbolic_scalars
 from .diagnostics import source_line, unsupported_ops_error
 from .registry import lowering_for
 from .values import TensorValue, affine_view, from_buffer, is_contiguous, unsqueeze
@@ -239,6 +240,8 @@ class GraphLowering:
         for node in self.graph.nodes:
             if node.op != "call_function" or str(node.target) in _IGNORED or _is_size_node(node):
                 continue
+            if symbolic_scalars.is_symbolic_scalar(node):
+                continue
             if node.target is operator.getitem:
                 continue
             if lowering_for(node.target) is None:
@@ -284,6 +287,8 @@ class GraphLowering:
         if _is_size_node(node):
             return self.sym(node.meta["val"])
         args = self._map_arg(node.args)
+        if symbolic_scalars.is_symbolic_scalar(node):
+            return symbolic_scalars.lower(node, args)
         kwargs = {k: self._map_arg(v) for k, v in node.kwargs.items()}
         if node.target is operator.getitem:
             result = args[0][args[1]]

@@ -17,6 +17,7 @@ from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
+from size_models.size_arithmetic import sized
 from torch import nn
 
 HERE = Path(__file__).resolve()
@@ -178,6 +179,8 @@ CASES: dict[str, tuple] = {
                                                torch.ops.aten.native_dropout(x, 1.0, True)[0],
                                                F.dropout(x, 0.5, training=False)),
                                  [f32(3, 6), fixed(lambda: torch.randn(3))], [0], (2, 5)),
+    # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (size_models/)
+    "size_arithmetic": (sized, [f32(4, 6)], [0], (1, 9)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
                         + F.scaled_dot_product_attention(q, k, k, attn_mask=m) + F.scaled_dot_product_attention(q, k, k, is_causal=True),
                         [lambda n: torch.randn(2, n, 8), lambda n: torch.randn(2, n, 8), lambda n: torch.randn(n, n)],

@@ -14,7 +14,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ....errors import UnsupportedError
 from ...ir.dtypes import is_float
-from ...ir.scalar import Const, IndexValue, Node, Op, cast
+from ...ir.scalar import Const, IndexValue, Load, Node, Op, cast
 from ..graph import GraphLowering, dtype_name
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, broadcast_to
@@ -26,6 +26,8 @@ Operand = Any  # TensorValue, a Python number, or a sympy size expression
 
 
 def scalar_node(value: Any, dtype: str) -> Node:
+    if isinstance(value, (Load, Const, IndexValue, Op)):  # arithmetic on sizes (frontend/symbolic_scalars.py)
+        return cast(value, dtype)
     if isinstance(value, sympy.Expr):
         if value.is_number and not value.is_Integer:
             return cast(Const(float(value), "float64"), dtype)
@@ -46,6 +48,8 @@ def _meta(value: Operand) -> Any:
         return torch.empty([1] * min(value.rank, 1), dtype=dtype, device="meta")
     if isinstance(value, sympy.Expr):
         return 1
+    if isinstance(value, (Load, Const, IndexValue, Op)):  # a float or bool computed from sizes, promoted as one
+        return 1.0 if is_float(value.dtype) else True if value.dtype == "bool" else 1
     return value
 
 
