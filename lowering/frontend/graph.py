@@ -20,7 +20,7 @@ from ..ir import index_math, scalar
 from ..ir.constant_over_box import constant_reduction
 from ..ir.dtypes import DTYPES, is_float
 from ..ir.kernels import Buffer, Kernel, PointwiseKernel, Program, ReductionKernel, StridedView, Symbol
-from ..ir.symbolic import as_expr, index_var, product, size_symbol, upper_bound
+from ..ir.symbolic import as_expr, index_var, product, settled, size_symbol, upper_bound
 from . import symbolic_scalars
 from .diagnostics import source_line, unsupported_ops_error
 from .registry import lowering_for
@@ -105,7 +105,7 @@ class GraphLowering:
                 "symbol (a data-dependent size, e.g. from nonzero() or a boolean mask); aotpack needs sizes "
                 "that follow from the input shapes"
             )
-        return expr
+        return settled(expr, self.ranges())
 
     @staticmethod
     def _first_tensor(node: torch.fx.Node) -> torch.Tensor:

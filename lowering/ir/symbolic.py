@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import sympy
+from torch.utils._sympy import functions as torch_sympy
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from ...errors import UnsupportedError
 
 Expr = sympy.Expr
+# torch.export's sizes use torch's own Max and Min (torch.utils._sympy.functions), not sympy's
+MAXES, MINS = (sympy.Max, torch_sympy.Max), (sympy.Min, torch_sympy.Min)
 
 
 def size_symbol(name: str) -> sympy.Symbol:
@@ -92,6 +95,31 @@ def lower_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> i
 def value_range(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> ValueRanges:
     """The values `expr` takes over the symbols' declared ranges (torch's bound_sympy), lower and upper."""
     return bound_sympy(expr, {s: ValueRanges(lo, hi) for s, (lo, hi) in ranges.items()})
+
+
+def settled(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]]) -> Expr:
+    """`expr` with each Max and Min resolved where the declared ranges decide it: an argument that another is
+    never below (Max) or above (Min) dropped, and a Max or Min that takes one value over the ranges replaced by
+    that value. torch.export keeps them as written: HF MPT's ALiBi slice `bias[max(0, 1 - n):]` of a size-1 dim
+    is `1 - Max(0, 1 - n)` rows long, which is 1 for every n >= 1, and broadcasting must see that 1."""
+    if not expr.has(*MAXES, *MINS):
+        return expr
+
+    def resolve(node: Expr) -> Expr:
+        point = value_range(node, ranges)
+        if point.lower == point.upper and point.lower.is_Integer:
+            return point.lower
+        sign = 1 if isinstance(node, MAXES) else -1
+        kept = list(node.args)
+        for arg in node.args:  # never above (Max) or below (Min) another argument over the ranges: dropped
+            rest = [o for o in kept if o is not arg]
+            if rest and any(value_range(sign * (o - arg), ranges).lower >= 0 for o in rest):
+                kept = rest
+        return type(node)(*kept)
+
+    expr = expr.replace(lambda e: isinstance(e, MAXES + MINS), resolve)
+    whole = value_range(expr, ranges)
+    return whole.lower if whole.lower == whole.upper and whole.lower.is_Integer else expr
 
 
 def _integer_bound(expr: Expr, ranges: Mapping[sympy.Symbol, tuple[int, int]], side: str) -> int:

@@ -179,6 +179,9 @@ CASES: dict[str, tuple] = {
                                                torch.ops.aten.native_dropout(x, 1.0, True)[0],
                                                F.dropout(x, 0.5, training=False)),
                                  [f32(3, 6), fixed(lambda: torch.randn(3))], [0], (2, 5)),
+    # a size-1 dim sliced from max(0, 1 - n) (HF MPT's ALiBi bias): 1 - Max(0, 1 - n) rows, broadcast as 1
+    "slice_clamped_start_broadcast": (lambda x, t: x + t[max(0, 1 - x.shape[0]):],
+                                      [f32(8), fixed(lambda: torch.randn(1, 8))], [0], (1, 9)),
     # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (size_models/)
     "size_arithmetic": (sized, [f32(4, 6)], [0], (1, 9)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
