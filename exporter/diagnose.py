@@ -11,11 +11,14 @@ traceback (export is non-strict: the user's Python really runs), so those need n
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 
 from ..errors import CaptureError
@@ -106,6 +109,7 @@ _EQUAL = re.compile(r"The values of (\w+) = .*? and (\w+) = .*? must always be e
 _GUARD = re.compile(r"Not all values of (\w+) = .*? satisfy the generated guard (.*?)\.?\s*$", re.MULTILINE)
 _NAMED = re.compile(r"Constraints violated \(([^)]*)\)")
 _FIX_RANGE = re.compile(r"(\w+) = Dim\('\w+',\s*(?:min=(\d+))?,?\s*(?:max=(\d+))?\)")
+_FIX_MULTIPLE = re.compile(r"^\s*(\w+) = (\d+)\*(\w+)\s*$", re.MULTILINE)
 _SOURCE = re.compile(r"(?:L\[')?(\w+)(?:'\])?\.size\(\)\[(\d+)\]")
 
 
@@ -119,7 +123,14 @@ def _explain_specialisation(exc: BaseException, ctx: CaptureContext) -> CaptureE
         relevant = [f for f in failures if set(symbols) & f.symbols]
         if not relevant and not any(f.symbols for f in failures):
             relevant = list(failures)  # sources this torch spells differently: any guard beats none
-        relevant.sort(key=lambda f: (f.frame is None, prefer is not None and f.expr != prefer))
+        # A model adds guards that its range satisfies too (ConvNeXt's `h // 4 > 1` over h = 8..96, beside
+        # the `h // 8 > 1` that needs h >= 16): the one that fails somewhere in the range is the one to name.
+        holds = {id(f): _holds_over_ranges(f.expr, ctx) for f in relevant}
+        relevant = [f for f in relevant if holds[id(f)] is not True] or relevant
+        relevant.sort(key=lambda f: (holds[id(f)] is not False, f.frame is None,
+                                     prefer is not None and f.expr != prefer))
+        if relevant and holds[id(relevant[0])] is True:
+            return None, None  # every guard found holds: torch's own guard says more than any of them
         return (relevant[0].frame, relevant[0].expr) if relevant else (None, None)
 
     error, covered = _specialisation_error(text, ctx, locate) or (None, ())
@@ -158,11 +169,81 @@ def _specialisation_error(text: str, ctx: CaptureContext, locate: Any) -> tuple[
         sym = m.group(1)
         frame, expr = locate(sym)
         condition = expr or _sources_to_symbols(m.group(2), ctx)
+        # torch's guard can hold at every size of the range (wav2vec2's `(samples // 20 - 1)**2 > 1` over
+        # 400..8000, where what it needs is a multiple of 20): then say it could not be proven, not that it fails
+        verdict = ("which torch.export cannot prove for every size in the range"
+                   if _holds_over_ranges(condition, ctx) else "which does not hold over the whole range")
+        hint = _range_fix(text, ctx, sym) or _multiple_fix(text, sym) or _narrowed(condition, ctx, sym) or SIZE_HINT
         return (
-            f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, which does not "
-            f"hold over the whole range\nhint: {_range_fix(text, ctx, sym) or SIZE_HINT}"
+            f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, {verdict}\n"
+            f"hint: {hint}"
         ), (sym,)
     return None
+
+
+# Points of the declared box at which a guard is evaluated: every size of a symbol up to this many, else this
+# many spread evenly over its range (both ends included), the product capped by thinning every symbol.
+GUARD_POINTS_PER_SYMBOL = 257
+GUARD_POINTS_MAX = 20000
+
+
+def _guard_test(expr: str, ctx: CaptureContext) -> tuple[list[SymbolSpec], Any] | None:
+    """draft_export's guard `expr` (one comparison, in the user's symbol names) as a Python function of the
+    declared symbols it reads, with those symbols; None where sympy cannot read it."""
+    specs = [s for s in ctx.symbols if re.search(rf"\b{re.escape(s.name)}\b", expr)]
+    symbols = {s.name: sympy.Symbol(s.name, integer=True, positive=True) for s in specs}
+    # split at the comparison: Python's `!=` between sympy expressions compares them as objects, not values
+    m = re.fullmatch(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)", expr.strip())
+    if not m:
+        return None
+    try:
+        names = {**symbols, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod}
+        left, right = (sympy.sympify(side, locals=names) for side in (m.group(1), m.group(3)))
+        guard = sympy.Rel(left, right, m.group(2))
+        if guard.free_symbols - set(symbols.values()):
+            return None
+        return specs, sympy.lambdify([symbols[s.name] for s in specs], guard, modules=["math"])
+    except Exception:  # noqa: BLE001 - a spelling sympy does not read: no judgement
+        return None
+
+
+def _holds_over_ranges(expr: str, ctx: CaptureContext) -> bool | None:
+    """Whether a guard holds at every point of the declared ranges tried; None where it cannot be judged."""
+    parsed = _guard_test(expr, ctx)
+    if parsed is None:
+        return None
+    specs, test = parsed
+    per = GUARD_POINTS_PER_SYMBOL
+    while specs and per > 2 and math.prod(min(per, s.max - s.min + 1) for s in specs) > GUARD_POINTS_MAX:
+        per //= 2
+    axes = [sorted({s.min + (s.max - s.min) * i // (per - 1) for i in range(per)}) if s.max - s.min + 1 > per
+            else range(s.min, s.max + 1) for s in specs]
+    try:
+        return all(bool(test(*point)) for point in itertools.product(*axes))
+    except Exception:  # noqa: BLE001 - e.g. a division by zero at some size: no judgement
+        return None
+
+
+def _range_where_it_holds(expr: str, ctx: CaptureContext, sym: str) -> tuple[int, int] | None:
+    """For a guard on `sym` alone that fails somewhere in its range: the longest run of sizes where it holds."""
+    parsed = _guard_test(expr, ctx)
+    if parsed is None or [s.name for s in parsed[0]] != [sym]:
+        return None
+    (spec,), test = parsed
+    if spec.max - spec.min >= GUARD_POINTS_MAX:
+        return None
+    best, start = None, None
+    try:
+        for size in range(spec.min, spec.max + 2):
+            if size <= spec.max and bool(test(size)):
+                start = size if start is None else start
+            elif start is not None:
+                if best is None or size - start > best[1] - best[0] + 1:
+                    best = (start, size - 1)
+                start = None
+    except Exception:  # noqa: BLE001 - as in _holds_over_ranges
+        return None
+    return best if best != (spec.min, spec.max) else None
 
 
 def _at(frame: UserFrame | None) -> str:
@@ -184,6 +265,31 @@ def _range_fix(text: str, ctx: CaptureContext, sym: str) -> str | None:
             return (
                 f"if {sym} really is limited to that, declare --dynamic {sym}={lo}..{hi}; "
                 f"otherwise {SIZE_HINT}"
+            )
+    return None
+
+
+def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
+    """The range fix torch did not suggest, where the guard on `sym` holds over a run of its range."""
+    run = _range_where_it_holds(condition, ctx, sym)
+    if run is None:
+        return None
+    return f"{condition} holds for {sym} in {run[0]}..{run[1]}: if {sym} really is limited to that, declare " \
+           f"--dynamic {sym}={run[0]}..{run[1]}; otherwise {SIZE_HINT}"
+
+
+def _multiple_fix(text: str, sym: str) -> str | None:
+    """torch suggests a derived dim when the code needs a multiple (`samples = 20*_samples`), which a range
+    cannot declare."""
+    for m in _FIX_MULTIPLE.finditer(text):
+        if m.group(1) == sym:
+            factor, inner = m.group(2), m.group(3)
+            bounds = re.search(rf"{re.escape(inner)} = Dim\('\w+',\s*min=(\d+),\s*max=(\d+)\)", text)
+            within = f", {inner} in {bounds.group(1)}..{bounds.group(2)}" if bounds else ""
+            return (
+                f"the model needs {sym} to be a multiple of {factor} (torch suggests {sym} = {factor} * {inner}"
+                f"{within}), which a range cannot declare: pad {sym} to a multiple of {factor} inside forward() so "
+                f"that any size works, or declare a static size"
             )
     return None
 

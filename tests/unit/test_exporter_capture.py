@@ -188,6 +188,20 @@ def test_code_needing_narrower_range_suggests_it():
     assert "--dynamic seq=3..32" in message
 
 
+def test_the_guard_named_is_the_one_the_range_breaks():
+    """Guards the declared range satisfies come first in the model (torch reports them as violated too); the
+    message names the one that fails, and the run of sizes where it holds, which torch does not suggest."""
+    message = capture_error("two_guards.py")
+    assert f"two_guards.py:{line_of('two_guards.py', '# NEEDS16')}" in message
+    assert "(h//8) != 1, which does not hold" in message and "--dynamic h=16..96" in message
+
+
+def test_code_needing_a_multiple_says_so():
+    message = capture_error("multiple_of.py")
+    assert f"multiple_of.py:{line_of('multiple_of.py', '# MULTIPLE')}" in message
+    assert "needs n to be a multiple of 4" in message and "n = 4 * _n, _n in 1..16" in message
+
+
 # --- other failures -------------------------------------------------------------------------------
 
 
