@@ -17,6 +17,7 @@ from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
+from size_models.adaptive_pool import pooled
 from size_models.size_arithmetic import sized
 from torch import nn
 
@@ -182,6 +183,8 @@ CASES: dict[str, tuple] = {
     # a size-1 dim sliced from max(0, 1 - n) (HF MPT's ALiBi bias): 1 - Max(0, 1 - n) rows, broadcast as 1
     "slice_clamped_start_broadcast": (lambda x, t: x + t[max(0, 1 - x.shape[0]):],
                                       [f32(8), fixed(lambda: torch.randn(1, 8))], [0], (1, 9)),
+    # adaptive average pooling's windows too large to unroll, as a reduction (size_models/)
+    "adaptive_pool_large_windows": (pooled, [f32(3, 70)], [0], (1, 40)),
     # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (size_models/)
     "size_arithmetic": (sized, [f32(4, 6)], [0], (1, 9)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)

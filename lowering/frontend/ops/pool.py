@@ -1,4 +1,5 @@
-"""Pooling as small fixed windows unrolled into an elementwise expression (fuses with its neighbours).
+"""Pooling as small fixed windows unrolled into an elementwise expression (fuses with its neighbours);
+adaptive average pooling's larger windows as a masked sum over the largest window (a reduction).
 
 Window reads use clamped indices and a select, like padding, so they never leave the input.
 """
@@ -164,27 +165,44 @@ def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue
     h, w = x.shape[-2], x.shape[-1]
     ranges = {s.expr: (s.min, s.max) for s in ctx.symbols}
     window = (upper_bound(CeilDiv(h, oh) + 1, ranges), upper_bound(CeilDiv(w, ow) + 1, ranges))
-    if window[0] * window[1] > MAX_WINDOW:
-        raise UnsupportedError(f"adaptive average pooling to {oh}x{ow} needs windows above {MAX_WINDOW} elements")
     acc = "float64" if x.dtype == "float64" else "float32"
 
+    def bounds(i: sympy.Expr, j: sympy.Expr) -> tuple[sympy.Expr, ...]:
+        """Output (i, j)'s window: rows hs..he-1 and columns ws..we-1 of the input, as ATen computes them."""
+        return FloorDiv(i * h, oh), CeilDiv((i + 1) * h, oh), FloorDiv(j * w, ow), CeilDiv((j + 1) * w, ow)
+
+    def element(lead: tuple, i: sympy.Expr, j: sympy.Expr, a: sympy.Expr, b: sympy.Expr) -> Node:
+        """The window's element (a, b) from its corner, or 0 past the window's end (its size varies)."""
+        hs, he, ws, we = bounds(i, j)
+        hi, wi = hs + a, ws + b
+        inside = Op("logical_and", (Op("lt", (IndexValue(hi, "int64"), IndexValue(he, "int64")), "bool"),
+                                    Op("lt", (IndexValue(wi, "int64"), IndexValue(we, "int64")), "bool")), "bool")
+        value = cast(x.loader((*lead, _clamped(hi, h), _clamped(wi, w))), acc)
+        return Op("where", (inside, value, Const(0.0, acc)), acc)
+
+    def mean(idx: tuple, total: Node) -> Node:
+        hs, he, ws, we = bounds(idx[-2], idx[-1])
+        return cast(Op("div", (total, cast(IndexValue((he - hs) * (we - ws), "int64"), acc)), acc), x.dtype)
+
+    out_shape = ctx.shape_of(node)
+    if window[0] * window[1] > MAX_WINDOW:
+        # Windows too large to unroll (VGG's pooling to 7 x 7 of images up to 448 pixels: windows of 65 x 65)
+        # are a sum over the largest window's rows and columns, masked past each window's end, into a buffer.
+        lead = len(out_shape) - 2
+        windows = TensorValue(acc, (*out_shape, *window),
+                              lambda idx: element(tuple(idx[:lead]), *idx[lead:]))
+        sums = ctx.reduce(windows, [-2, -1], "sum", acc)
+        return TensorValue(x.dtype, out_shape, lambda idx: mean(idx, sums.loader(idx)))
+
     def load(idx: tuple) -> Node:
-        i, j = idx[-2], idx[-1]
-        hs, he = FloorDiv(i * h, oh), CeilDiv((i + 1) * h, oh)
-        ws, we = FloorDiv(j * w, ow), CeilDiv((j + 1) * w, ow)
         total: Node | None = None
         for a in range(window[0]):
             for b in range(window[1]):
-                hi, wi = hs + a, ws + b
-                inside = Op("logical_and", (Op("lt", (IndexValue(hi, "int64"), IndexValue(he, "int64")), "bool"),
-                                            Op("lt", (IndexValue(wi, "int64"), IndexValue(we, "int64")), "bool")), "bool")
-                value = cast(x.loader(tuple(idx[:-2]) + (_clamped(hi, h), _clamped(wi, w))), acc)
-                value = Op("where", (inside, value, Const(0.0, acc)), acc)
+                value = element(tuple(idx[:-2]), idx[-2], idx[-1], sympy.Integer(a), sympy.Integer(b))
                 total = value if total is None else Op("add", (total, value), acc)
-        count = cast(IndexValue((he - hs) * (we - ws), "int64"), acc)
-        return cast(Op("div", (total, count), acc), x.dtype)
+        return mean(idx, total)
 
-    return TensorValue(x.dtype, ctx.shape_of(node), load)
+    return TensorValue(x.dtype, out_shape, load)
 
 
 @lowers(aten.max_pool2d_with_indices_backward.default)
