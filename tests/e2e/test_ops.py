@@ -17,7 +17,7 @@ from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
-from size_models.adaptive_pool import pooled
+from size_models.large_windows import pooled
 from size_models.size_arithmetic import sized
 from torch import nn
 
@@ -183,8 +183,8 @@ CASES: dict[str, tuple] = {
     # a size-1 dim sliced from max(0, 1 - n) (HF MPT's ALiBi bias): 1 - Max(0, 1 - n) rows, broadcast as 1
     "slice_clamped_start_broadcast": (lambda x, t: x + t[max(0, 1 - x.shape[0]):],
                                       [f32(8), fixed(lambda: torch.randn(1, 8))], [0], (1, 9)),
-    # adaptive average pooling's windows too large to unroll, as a reduction (size_models/)
-    "adaptive_pool_large_windows": (pooled, [f32(3, 70)], [0], (1, 40)),
+    # pooling windows too large to unroll, as reductions (size_models/)
+    "pooling_large_windows": (pooled, [f32(3, 70)], [0], (3, 40)),
     # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (size_models/)
     "size_arithmetic": (sized, [f32(4, 6)], [0], (1, 9)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
@@ -288,3 +288,10 @@ def test_sorting_a_long_dim_is_refused_at_export(tmp_path):
     spec = ModelSpec(HERE, Fn1(lambda x: torch.sort(x).values).eval(), (torch.randn(20000),), ("x",), {}, {})
     with pytest.raises(UnsupportedError, match="sort.*at most 16384 elements"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "sort.aotpack")
+
+
+def test_indices_of_max_pooling_windows_too_large_to_unroll_are_refused_at_export(tmp_path):
+    pool = Fn1(lambda x: F.max_pool2d(x, 9, 1, 4, return_indices=True)).eval()
+    spec = ModelSpec(HERE, pool, (torch.randn(1, 2, 12, 12),), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match=r"test_ops\.py:\d+.*indices of max pooling windows above 64 elements"):
+        build_package(capture(spec, (), None, decompositions()), tmp_path / "pool.aotpack")

@@ -59,20 +59,21 @@ def _window_loads(x: TensorValue, idx: tuple, kernel: tuple[int, int], stride: t
                   padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> list[tuple[Node | None, Node]]:
     """(inside?, value) for every window position of output index idx (N, C, oh, ow); inside? is None
     where the position is always inside the input."""
-    h, w = x.shape[-2], x.shape[-1]
     exact = _always_inside(padding, ceil_mode)
-    out = []
-    for a in range(kernel[0]):
-        for b in range(kernel[1]):
-            hi = idx[-2] * stride[0] - padding[0] + a * dilation[0]
-            wi = idx[-1] * stride[1] - padding[1] + b * dilation[1]
-            if exact:
-                out.append((None, x.loader(tuple(idx[:-2]) + (hi, wi))))
-                continue
-            value = x.loader(tuple(idx[:-2]) + (_clamped(hi, h), _clamped(wi, w)))
-            inside = Op("logical_and", (_inside(hi, h), _inside(wi, w)), "bool")
-            out.append((inside, value))
-    return out
+    return [_window_element(x, idx, sympy.Integer(a), sympy.Integer(b), stride, padding, dilation, exact)
+            for a in range(kernel[0]) for b in range(kernel[1])]
+
+
+def _window_element(x: TensorValue, idx: tuple, a: sympy.Expr, b: sympy.Expr, stride: tuple[int, int],
+                    padding: tuple[int, int], dilation: tuple[int, int], exact: bool) -> tuple[Node | None, Node]:
+    """(inside?, value) of window position (a, b) of output index idx (N, C, oh, ow)."""
+    h, w = x.shape[-2], x.shape[-1]
+    hi = idx[-2] * stride[0] - padding[0] + a * dilation[0]
+    wi = idx[-1] * stride[1] - padding[1] + b * dilation[1]
+    if exact:
+        return None, x.loader(tuple(idx[:-2]) + (hi, wi))
+    value = x.loader(tuple(idx[:-2]) + (_clamped(hi, h), _clamped(wi, w)))
+    return Op("logical_and", (_inside(hi, h), _inside(wi, w)), "bool"), value
 
 
 @lowers(aten.max_pool2d_with_indices.default)
@@ -81,12 +82,13 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     kernel = _pair(kernel_size)
     stride2 = _pair(stride) if stride else kernel
     x = _once(ctx, x, kernel, stride2)
-    if kernel[0] * kernel[1] > MAX_WINDOW:
-        raise UnsupportedError(f"max pooling windows above {MAX_WINDOW} elements are not supported")
     out_shape = ctx.shape_of(node)
     neg_inf = Const(float("-inf"), "float64") if x.dtype not in ("int64", "int32", "int16", "int8", "uint8") else None
 
     lowest = cast(neg_inf, x.dtype) if neg_inf is not None else Const(torch.iinfo(getattr(torch, x.dtype)).min, x.dtype)
+    if kernel[0] * kernel[1] > MAX_WINDOW:
+        return _max_pool_reduced(ctx, x, out_shape, kernel, stride2, _pair(padding), _pair(dilation), ceil_mode,
+                                 lowest)
 
     def load(idx: tuple) -> Node:
         best: Node | None = None
@@ -120,6 +122,31 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
         return where
 
     return (TensorValue(x.dtype, out_shape, load), TensorValue("int64", out_shape, argmax))
+
+
+def _max_pool_reduced(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: tuple[int, int],
+                      stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool,
+                      lowest: Node) -> tuple:
+    """Windows too large to unroll (YOLO's spatial pyramid pooling, 13 x 13) as a max over the window's rows and
+    columns, a reduction. The indices are refused where they are read: eager's choice among ties and NaNs
+    (ops above) is not what an argmax reduction picks."""
+    exact = _always_inside(padding, ceil_mode)
+    lead = len(out_shape) - 2
+
+    def element(idx: tuple) -> Node:
+        inside, value = _window_element(x, tuple(idx[:lead + 2]), idx[-2], idx[-1], stride, padding, dilation, exact)
+        return value if inside is None else Op("where", (inside, value, lowest), x.dtype)
+
+    values = ctx.reduce(TensorValue(x.dtype, (*out_shape, *kernel), element), [-2, -1], "max", x.dtype)
+
+    where = ctx.where()  # read lazily, by whatever reads the indices: name this line, not that one
+
+    def no_indices(idx: tuple) -> Node:
+        raise UnsupportedError(f"{where}: the indices of max pooling windows above {MAX_WINDOW} elements "
+                               f"({kernel[0]}x{kernel[1]}) are not supported, only the pooled values; pool "
+                               "without return_indices, or with smaller windows")
+
+    return values, TensorValue("int64", out_shape, no_indices)
 
 
 @lowers(aten.avg_pool2d.default)
