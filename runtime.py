@@ -517,6 +517,8 @@ class Session:
         return [inputs[n] for n in names]
 
     def _tensor(self, index: int, value: Any, keep: list) -> _Tensor:
+        if index >= len(self._model.inputs):  # one too many: left empty for the runtime to refuse the count
+            return _Tensor()
         array = np.asarray(value, order="C")  # not ascontiguousarray, which turns a 0-d array into 1-d
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
@@ -541,6 +543,9 @@ class Session:
         return _Tensor(code, array.ndim, shape, array.ctypes.data if array.size else None)
 
     def _fill_device_tensor(self, index: int, value: Any, tensor: _Tensor, shape: ctypes.Array) -> None:
+        if index >= len(self._model.inputs):  # one too many: left empty for the runtime to refuse the count
+            return
+
         def refuse(why: str) -> AotpackError:
             name = self._model.inputs[index].name if index < len(self._model.inputs) else str(index)
             return AotpackError(StatusCode.INVALID_ARGUMENT, f'input "{name}": {why}')

@@ -373,7 +373,7 @@ with session._run_lock:  # as while another thread's run is inside the runtime
     except rt.AotpackError as e:
         assert e.code == rt.StatusCode.INVALID_ARGUMENT and str(e) == rt._IN_USE, str(e)
         assert str(e).startswith("aotpack_session_run was called while another thread is using this session")
-for inputs in ([], [Dev(x, (3, 8)), Dev(x, (3, 8))]):
+for inputs in ([], [Dev(x, (3, 8)), Dev(x, (3, 8))], [Dev(x, (3, 8)), "not a tensor"]):
     try:
         session.run(inputs)
         raise SystemExit("not refused")

@@ -95,6 +95,10 @@ def test_missing_and_extra_input_by_name(rt, embed):
 def test_too_many_inputs(rt, mlp):
     e = run_error(mlp, [x_of(2, 32), x_of(2, 32)])
     assert str(e) == "the model takes 1 inputs (x), got 2"
+    # whatever the extra one is: its count is what is wrong, not its dtype
+    for extra in (np.zeros(3, dtype=np.complex64), "text", None):
+        e = run_error(mlp, [x_of(2, 32), extra])
+        assert str(e) == "the model takes 1 inputs (x), got 2"
 
 
 def test_unsupported_numpy_dtype(rt, mlp):
