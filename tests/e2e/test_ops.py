@@ -17,8 +17,9 @@ from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
-from size_models.large_windows import pooled
-from size_models.size_arithmetic import sized
+from exported import check_against_eager, export, make_inputs, range_points
+from op_models.large_windows import pooled
+from op_models.size_arithmetic import sized
 from torch import nn
 
 HERE = Path(__file__).resolve()
@@ -183,9 +184,9 @@ CASES: dict[str, tuple] = {
     # a size-1 dim sliced from max(0, 1 - n) (HF MPT's ALiBi bias): 1 - Max(0, 1 - n) rows, broadcast as 1
     "slice_clamped_start_broadcast": (lambda x, t: x + t[max(0, 1 - x.shape[0]):],
                                       [f32(8), fixed(lambda: torch.randn(1, 8))], [0], (1, 9)),
-    # pooling windows too large to unroll, as reductions (size_models/)
+    # pooling windows too large to unroll, as reductions (op_models/)
     "pooling_large_windows": (pooled, [f32(3, 70)], [0], (3, 40)),
-    # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (size_models/)
+    # float and bool arithmetic on the dynamic size: GroupNorm's count, F.interpolate's scales (op_models/)
     "size_arithmetic": (sized, [f32(4, 6)], [0], (1, 9)),
     "attention_masks": (lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m > 0)
                         + F.scaled_dot_product_attention(q, k, k, attn_mask=m) + F.scaled_dot_product_attention(q, k, k, is_causal=True),
@@ -233,6 +234,15 @@ def test_op_matches_eager(name, tmp_path, rt):
             else:
                 ok = out.shape == ref_np.shape and (out == ref_np).all()
             assert ok, f"n={n}: " + mismatch_report(info["name"], out, ref_np)
+
+
+@pytest.mark.parametrize("model_file", ["conv_transposed"])
+def test_op_model_file_matches_eager_over_its_ranges(model_file, tmp_path, rt):
+    """op_models/ files with parameters and several dynamic dims, exported as `aotpack export` does."""
+    exported = export(HERE.parent / "op_models" / f"{model_file}.py", tmp_path)
+    session = rt.Model(exported.result.path).session(num_threads=2)
+    for seed, point in enumerate(range_points(exported.signature["symbols"])):
+        check_against_eager(exported, session, make_inputs(exported, point, seed))
 
 
 def test_unsupported_ops_are_all_listed_with_their_lines(tmp_path):

@@ -119,7 +119,12 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     reader."""
     spatial = x.rank - 2
     if transposed:
-        raise UnsupportedError("transposed convolution (ConvTranspose) is not supported yet")
+        if spatial not in (1, 2):
+            raise UnsupportedError(f"{spatial}-d transposed convolution is not supported (1-d and 2-d are)")
+        if any(not s.is_number for s in weight.shape):
+            raise UnsupportedError("a convolution weight must have a fixed shape")
+        x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
+        stride, padding = 1, 0
     if spatial not in (1, 2):
         raise UnsupportedError(f"{spatial}-d convolution is not supported (1-d and 2-d are)")
     if any(not s.is_number for s in weight.shape):
@@ -179,6 +184,58 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         return cast(value, ctx.dtype_of(node))
 
     return TensorValue(ctx.dtype_of(node), out_shape, load)
+
+
+def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padding: Any, dilation: Any,
+                          output_padding: Any, groups: int) -> tuple[TensorValue, TensorValue]:
+    """A transposed convolution (ConvTranspose) as the direct convolution it equals, stride 1 and no padding:
+    its input with stride - 1 zeros between neighbours and dilation * (kernel - 1) - padding zeros around
+    (output_padding more at the end; a negative count crops), and its weight [c_in, c_out/g, k...] as
+    [c_out, c_in/g, k...] with the taps reversed. The zeros are multiplied like any input (stride x stride
+    times the work of the transposed form); in exchange it runs on the implicit-GEMM convolution as it is."""
+    spatial = x.rank - 2
+    dims = range(2, x.rank)
+    strides = [int(v) for v in _tuple(stride, spatial)]
+    dilations = [int(v) for v in _tuple(dilation, spatial)]
+    extra = [int(v) for v in _tuple(output_padding, spatial)]
+    kernel = [int(weight.shape[d]) for d in dims]
+    before = [dl * (k - 1) - int(p) for dl, k, p in zip(dilations, kernel, _tuple(padding, spatial))]
+    sizes = [(x.shape[d] - 1) * s + 1 + 2 * b + e for d, s, b, e in zip(dims, strides, before, extra)]
+
+    def stuffed(idx: tuple) -> Any:
+        inside, position = [], []
+        for i, s, b, d in zip(idx[2:], strides, before, dims):
+            j = i - b  # position in the input with stride - 1 zeros between neighbours
+            last = (x.shape[d] - 1) * s
+            jc = sympy.Max(0, sympy.Min(j, last))
+            inside.append(Op("eq", (IndexValue(j - jc, "int64"), Const(0, "int64")), "bool"))
+            if s > 1:
+                inside.append(Op("eq", (IndexValue(ModularIndexing(jc, 1, s), "int64"), Const(0, "int64")), "bool"))
+            position.append(FloorDiv(jc, s))
+        mask = inside[0]
+        for test in inside[1:]:
+            mask = Op("logical_and", (mask, test), "bool")
+        value = x.loader((idx[0], idx[1], *position))
+        return Op("where", (mask, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
+
+    c_in, per_group = int(weight.shape[0]), int(weight.shape[1])
+    c_in_group = c_in // groups
+
+    def flipped(idx: tuple) -> Any:  # w'[g * per_group + co, ci, a...] = w[g * c_in_group + ci, co, k - 1 - a...]
+        co, ci = idx[0], idx[1]
+        g = FloorDiv(co, per_group)
+        taps = tuple(k - 1 - a for k, a in zip(kernel, idx[2:]))
+        return weight.loader((g * c_in_group + ci, ModularIndexing(co, 1, per_group), *taps))
+
+    x_direct = TensorValue(x.dtype, (x.shape[0], x.shape[1], *sizes), stuffed)
+    w_direct = TensorValue(weight.dtype, (sympy.Integer(groups * per_group), sympy.Integer(c_in_group),
+                                          *(sympy.Integer(k) for k in kernel)), flipped)
+    return x_direct, w_direct
+
+
+def _tuple(value: Any, rank: int) -> tuple:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return tuple(values * rank if len(values) == 1 else values)
 
 
 def _zero_padded(x: TensorValue, padding: tuple[int, int]) -> TensorValue:
