@@ -158,8 +158,10 @@ def _verified(record: dict[str, Any] | None) -> str:
     devices = ", ".join(sorted({p["device"] for p in points}))
     count = len({tuple(sorted(p["symbols"].items())) for p in points})
     skipped = len(record["points"]) - len(points)
+    zero = record.get("all_zero_outputs")
     return (f"verified at {count} point(s) on {devices} (worst rel err {worst:.1e})"
-            + (f"; {skipped} point(s) SKIPPED (see above)" if skipped else ""))
+            + (f"; {skipped} point(s) SKIPPED (see above)" if skipped else "")
+            + (f"; output(s) {', '.join(zero)} all zeros in eager at every point: unchecked" if zero else ""))
 
 
 def _shape(shape: list[Any]) -> str:

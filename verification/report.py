@@ -39,6 +39,8 @@ def verification_table(record: dict[str, Any] | None) -> list[str]:
             lines.append(f"not verified at {symbols} ({p['label']}): {p['skipped']}")
     for entry in record.get("not_verified", []):
         lines.append(f"not verified on {entry['target']}: {entry['reason']}")
+    if record.get("all_zero_outputs"):
+        lines.append(f"unchecked: {', '.join(record['all_zero_outputs'])} all zeros in eager at every point")
     if not record["points"] and not record.get("not_verified"):
         lines.append("verified: no")
     return lines

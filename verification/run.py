@@ -80,6 +80,9 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
     refs = _references(captured, half_type)
     record["reference"] = "float32" if refs.half is None else f"float32, with {half_type} as the noise floor"
     failures = []
+    # Outputs that eager gave as all zeros at every point (randomly initialised weights can zero a model's
+    # output: HF MobileViT's): matching them shows nothing, so the record and the export's summary say so.
+    zero = [True] * len(signature["outputs"])
     for index, point in enumerate(points):
         inputs = (inputs_at(signature, captured.example_inputs, point, seed=index) if point.label != "example"
                   else _example_inputs(signature, captured.example_inputs))
@@ -94,6 +97,7 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
             record["points"].append({"label": point.label, "symbols": dict(point.symbols), "skipped": reason})
             progress.current().line(f"verify {point.describe()}: SKIPPED: {reason}")
             continue
+        zero = [z and not np.any(ref) for z, ref in zip(zero, reference)]
         for device, session in sessions:
             start = time.perf_counter()
             try:
@@ -117,6 +121,12 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
         if failures:
             raise VerificationError(_failure(failures), dict.fromkeys(device for _, device, _ in failures))
     record["passed"] = True
+    ran = any("device" in p for p in record["points"])
+    all_zero = [info["name"] for info, z in zip(signature["outputs"], zero) if z and ran]
+    if all_zero:
+        record["all_zero_outputs"] = all_zero
+        progress.current().line(f"note: eager gave {', '.join(map(repr, all_zero))} as all zeros at every point "
+                                "verified, so matching it shows nothing; verify with weights that do not zero it")
     return record
 
 

@@ -265,3 +265,12 @@ def test_packages_are_byte_identical_across_checkout_locations(tmp_path, runtime
     assert (tmp_path / "a.aotpack").read_bytes() == (tmp_path / "b.aotpack").read_bytes()
     assert np.array_equal(np.frombuffer((tmp_path / "a.aotpack").read_bytes(), np.uint8),
                           np.frombuffer((tmp_path / "b.aotpack").read_bytes(), np.uint8))
+
+
+def test_an_output_eager_gives_as_zeros_everywhere_is_said_unchecked(tmp_path, runtime_build):
+    path = tmp_path / "z.aotpack"
+    done = cli("export", str(MODELS / "zero_output_model.py"), "-q", "-o", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "output(s) output_0 all zeros in eager at every point: unchecked" in done.stderr
+    assert "output_1" not in done.stderr
+    assert "unchecked: output_0 all zeros in eager at every point" in cli("inspect", str(path)).stdout
