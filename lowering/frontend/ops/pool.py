@@ -1,5 +1,5 @@
 """Pooling as small fixed windows unrolled into an elementwise expression (fuses with its neighbours);
-adaptive average pooling's larger windows as a masked sum over the largest window (a reduction).
+windows too large to unroll (max pooling's, adaptive average pooling's) as a reduction over the largest window.
 
 Window reads use clamped indices and a select, like padding, so they never leave the input.
 """
