@@ -300,8 +300,11 @@ def test_sorting_a_long_dim_is_refused_at_export(tmp_path):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "sort.aotpack")
 
 
-def test_indices_of_max_pooling_windows_too_large_to_unroll_are_refused_at_export(tmp_path):
-    pool = Fn1(lambda x: F.max_pool2d(x, 9, 1, 4, return_indices=True)).eval()
-    spec = ModelSpec(HERE, pool, (torch.randn(1, 2, 12, 12),), ("x",), {}, {})
-    with pytest.raises(UnsupportedError, match=r"test_ops\.py:\d+.*indices of max pooling windows above 64 elements"):
+@pytest.mark.parametrize("pool, what", [(lambda x: F.max_pool2d(x, 9, 1, 4, return_indices=True),
+                                         "max pooling windows above 64 elements"),
+                                        (lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True),
+                                         "adaptive max pooling")])
+def test_indices_of_max_pooling_by_reduction_are_refused_at_export(pool, what, tmp_path):
+    spec = ModelSpec(HERE, Fn1(pool).eval(), (torch.randn(1, 2, 12, 12),), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match=rf"test_ops\.py:\d+.*the indices of {what}"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "pool.aotpack")

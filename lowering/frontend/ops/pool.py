@@ -1,5 +1,5 @@
 """Pooling as small fixed windows unrolled into an elementwise expression (fuses with its neighbours);
-windows too large to unroll (max pooling's, adaptive average pooling's) as a reduction over the largest window.
+windows too large to unroll (max pooling's, adaptive pooling's) as a reduction over the largest window.
 
 Window reads use clamped indices and a select, like padding, so they never leave the input.
 """
@@ -83,9 +83,7 @@ def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     stride2 = _pair(stride) if stride else kernel
     x = _once(ctx, x, kernel, stride2)
     out_shape = ctx.shape_of(node)
-    neg_inf = Const(float("-inf"), "float64") if x.dtype not in ("int64", "int32", "int16", "int8", "uint8") else None
-
-    lowest = cast(neg_inf, x.dtype) if neg_inf is not None else Const(torch.iinfo(getattr(torch, x.dtype)).min, x.dtype)
+    lowest = _lowest(x.dtype)
     if kernel[0] * kernel[1] > MAX_WINDOW:
         return _max_pool_reduced(ctx, x, out_shape, kernel, stride2, _pair(padding), _pair(dilation), ceil_mode,
                                  lowest)
@@ -138,15 +136,28 @@ def _max_pool_reduced(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kern
         return value if inside is None else Op("where", (inside, value, lowest), x.dtype)
 
     values = ctx.reduce(TensorValue(x.dtype, (*out_shape, *kernel), element), [-2, -1], "max", x.dtype)
+    what = f"max pooling windows above {MAX_WINDOW} elements ({kernel[0]}x{kernel[1]})"
+    return values, _refused_indices(ctx, out_shape, what, "or with smaller windows")
 
-    where = ctx.where()  # read lazily, by whatever reads the indices: name this line, not that one
 
-    def no_indices(idx: tuple) -> Node:
-        raise UnsupportedError(f"{where}: the indices of max pooling windows above {MAX_WINDOW} elements "
-                               f"({kernel[0]}x{kernel[1]}) are not supported, only the pooled values; pool "
-                               "without return_indices, or with smaller windows")
+def _lowest(dtype: str) -> Node:
+    """What a max starts from: -inf, or an integer type's minimum."""
+    if dtype in ("int64", "int32", "int16", "int8", "uint8"):
+        return Const(torch.iinfo(getattr(torch, dtype)).min, dtype)
+    return cast(Const(float("-inf"), "float64"), dtype)
 
-    return values, TensorValue("int64", out_shape, no_indices)
+
+def _refused_indices(ctx: GraphLowering, shape: tuple, what: str, alternative: str = "") -> TensorValue:
+    """Indices of a max that a reduction computes: an argmax reduction does not pick among ties and NaNs as
+    eager's pooling does, so they are refused when something reads them, naming the pooling's line (they are
+    read lazily: the reader's line would be named otherwise)."""
+    where = ctx.where()
+
+    def refuse(idx: tuple) -> Node:
+        raise UnsupportedError(f"{where}: the indices of {what} are not supported, only the pooled values; pool "
+                               f"without return_indices{', ' + alternative if alternative else ''}")
+
+    return TensorValue("int64", shape, refuse)
 
 
 @lowers(aten.avg_pool2d.default)
@@ -184,40 +195,52 @@ def _avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     return TensorValue(x.dtype, out_shape, load)
 
 
+def _adaptive_bounds(x: TensorValue, out: tuple[int, int], i: sympy.Expr, j: sympy.Expr) -> tuple[sympy.Expr, ...]:
+    """Output (i, j)'s window in adaptive pooling to `out`: rows hs..he-1 and columns ws..we-1 of the input, as
+    ATen computes them."""
+    (h, w), (oh, ow) = x.shape[-2:], out
+    return FloorDiv(i * h, oh), CeilDiv((i + 1) * h, oh), FloorDiv(j * w, ow), CeilDiv((j + 1) * w, ow)
+
+
+def _adaptive_window(ctx: GraphLowering, x: TensorValue, out: tuple[int, int]) -> tuple[int, ...]:
+    """The largest window of adaptive pooling to `out` over the declared ranges."""
+    ranges = {s.expr: (s.min, s.max) for s in ctx.symbols}
+    return tuple(upper_bound(CeilDiv(size, o) + 1, ranges) for size, o in zip(x.shape[-2:], out))
+
+
+def _adaptive_element(x: TensorValue, out: tuple[int, int], lead: tuple, i: sympy.Expr, j: sympy.Expr,
+                      a: sympy.Expr, b: sympy.Expr, dtype: str, outside: Node) -> Node:
+    """Element (a, b) from the corner of output (i, j)'s window, in `dtype`, or `outside` past the window's end
+    (windows differ in size)."""
+    h, w = x.shape[-2], x.shape[-1]
+    hs, he, ws, we = _adaptive_bounds(x, out, i, j)
+    hi, wi = hs + a, ws + b
+    inside = Op("logical_and", (Op("lt", (IndexValue(hi, "int64"), IndexValue(he, "int64")), "bool"),
+                                Op("lt", (IndexValue(wi, "int64"), IndexValue(we, "int64")), "bool")), "bool")
+    value = cast(x.loader((*lead, _clamped(hi, h), _clamped(wi, w))), dtype)
+    return Op("where", (inside, value, outside), dtype)
+
+
 @lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> TensorValue:
-    oh, ow = _pair(output_size)
-    if (oh, ow) == (1, 1):
+    out = _pair(output_size)
+    if out == (1, 1):
         return _mean(ctx, node, x, [-2, -1], True)
-    h, w = x.shape[-2], x.shape[-1]
-    ranges = {s.expr: (s.min, s.max) for s in ctx.symbols}
-    window = (upper_bound(CeilDiv(h, oh) + 1, ranges), upper_bound(CeilDiv(w, ow) + 1, ranges))
+    window = _adaptive_window(ctx, x, out)
     acc = "float64" if x.dtype == "float64" else "float32"
-
-    def bounds(i: sympy.Expr, j: sympy.Expr) -> tuple[sympy.Expr, ...]:
-        """Output (i, j)'s window: rows hs..he-1 and columns ws..we-1 of the input, as ATen computes them."""
-        return FloorDiv(i * h, oh), CeilDiv((i + 1) * h, oh), FloorDiv(j * w, ow), CeilDiv((j + 1) * w, ow)
-
-    def element(lead: tuple, i: sympy.Expr, j: sympy.Expr, a: sympy.Expr, b: sympy.Expr) -> Node:
-        """The window's element (a, b) from its corner, or 0 past the window's end (its size varies)."""
-        hs, he, ws, we = bounds(i, j)
-        hi, wi = hs + a, ws + b
-        inside = Op("logical_and", (Op("lt", (IndexValue(hi, "int64"), IndexValue(he, "int64")), "bool"),
-                                    Op("lt", (IndexValue(wi, "int64"), IndexValue(we, "int64")), "bool")), "bool")
-        value = cast(x.loader((*lead, _clamped(hi, h), _clamped(wi, w))), acc)
-        return Op("where", (inside, value, Const(0.0, acc)), acc)
+    zero = Const(0.0, acc)
 
     def mean(idx: tuple, total: Node) -> Node:
-        hs, he, ws, we = bounds(idx[-2], idx[-1])
+        hs, he, ws, we = _adaptive_bounds(x, out, idx[-2], idx[-1])
         return cast(Op("div", (total, cast(IndexValue((he - hs) * (we - ws), "int64"), acc)), acc), x.dtype)
 
     out_shape = ctx.shape_of(node)
+    lead = len(out_shape) - 2
     if window[0] * window[1] > MAX_WINDOW:
         # Windows too large to unroll (VGG's pooling to 7 x 7 of images up to 448 pixels: windows of 65 x 65)
         # are a sum over the largest window's rows and columns, masked past each window's end, into a buffer.
-        lead = len(out_shape) - 2
         windows = TensorValue(acc, (*out_shape, *window),
-                              lambda idx: element(tuple(idx[:lead]), *idx[lead:]))
+                              lambda idx: _adaptive_element(x, out, tuple(idx[:lead]), *idx[lead:], acc, zero))
         sums = ctx.reduce(windows, [-2, -1], "sum", acc)
         return TensorValue(x.dtype, out_shape, lambda idx: mean(idx, sums.loader(idx)))
 
@@ -225,11 +248,26 @@ def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue
         total: Node | None = None
         for a in range(window[0]):
             for b in range(window[1]):
-                value = element(tuple(idx[:-2]), idx[-2], idx[-1], sympy.Integer(a), sympy.Integer(b))
+                value = _adaptive_element(x, out, tuple(idx[:lead]), idx[-2], idx[-1], sympy.Integer(a),
+                                          sympy.Integer(b), acc, zero)
                 total = value if total is None else Op("add", (total, value), acc)
         return mean(idx, total)
 
     return TensorValue(x.dtype, out_shape, load)
+
+
+@lowers(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> tuple:
+    """The max over each window (fastai's concat pooling, spatial pyramid pooling), as a reduction over the
+    largest window, masked past each window's end. The indices are refused where they are read, as for max
+    pooling's large windows."""
+    out = _pair(output_size)
+    out_shape = ctx.shape_of(node)
+    lead = len(out_shape) - 2
+    lowest = _lowest(x.dtype)
+    windows = TensorValue(x.dtype, (*out_shape, *_adaptive_window(ctx, x, out)),
+                          lambda idx: _adaptive_element(x, out, tuple(idx[:lead]), *idx[lead:], x.dtype, lowest))
+    return ctx.reduce(windows, [-2, -1], "max", x.dtype), _refused_indices(ctx, out_shape, "adaptive max pooling")
 
 
 @lowers(aten.max_pool2d_with_indices_backward.default)
