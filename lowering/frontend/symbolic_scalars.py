@@ -18,6 +18,7 @@ import sympy
 import torch
 import torch.fx
 
+from ...errors import UnsupportedError
 from ..ir import scalar
 from ..ir.dtypes import is_float
 
@@ -36,10 +37,16 @@ def is_symbolic_scalar(node: torch.fx.Node) -> bool:
 
 
 def operand(value: Any) -> scalar.Node:
-    """A size (sympy), an earlier symbolic scalar, or a Python number, as a scalar IR node."""
+    """A size (sympy), an earlier symbolic scalar, or a Python number, as a scalar IR node.
+
+    A sympy number that is not an integer (a size divided exactly, as in `h / 2` of a static h) is a float64
+    constant, as Python gives it. Tensor ops take their scalar operands through this too (ops/pointwise.py).
+    """
     if isinstance(value, (scalar.Load, scalar.Const, scalar.IndexValue, scalar.Op)):
         return value
     if isinstance(value, sympy.Expr):
+        if value.is_number and not value.is_Integer:
+            return scalar.Const(float(value), "float64")
         return scalar.IndexValue(value, "int64")
     if isinstance(value, bool):
         return scalar.Const(value, "bool")
@@ -47,7 +54,7 @@ def operand(value: Any) -> scalar.Node:
         return scalar.Const(value, "int64")
     if isinstance(value, float):
         return scalar.Const(value, "float64")
-    raise TypeError(f"not a scalar: {value!r}")
+    raise UnsupportedError(f"a scalar operand of type {type(value).__name__} ({value!r}) is not supported")
 
 
 def lower(node: torch.fx.Node, args: list[Any]) -> scalar.Node:

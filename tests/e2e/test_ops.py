@@ -218,7 +218,7 @@ def _export(name: str, tmp_path: Path):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_eager(name, tmp_path, rt):
     spec, result = _export(name, tmp_path)
-    fn, makers, dynamic, (lo, hi) = CASES[name]
+    _fn, makers, _dynamic, (lo, hi) = CASES[name]
     session = rt.Model(result.path).session(num_threads=2)
     for seed, n in enumerate(sorted({lo, hi, (lo + hi) // 2})):
         torch.manual_seed(100 + seed)
@@ -298,6 +298,14 @@ def test_sorting_a_long_dim_is_refused_at_export(tmp_path):
     spec = ModelSpec(HERE, Fn1(lambda x: torch.sort(x).values).eval(), (torch.randn(20000),), ("x",), {}, {})
     with pytest.raises(UnsupportedError, match="sort.*at most 16384 elements"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "sort.aotpack")
+
+
+@pytest.mark.parametrize("conv, what", [(nn.Conv3d(2, 3, 3), "3-d convolution"),
+                                        (nn.ConvTranspose3d(2, 3, 3, stride=2), "3-d transposed convolution")])
+def test_3d_convolutions_are_refused_at_export_naming_what_is_supported(conv, what, tmp_path):
+    spec = ModelSpec(HERE, conv.eval(), (torch.randn(1, 2, 5, 5, 5),), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match=rf"{what} is not supported \(1-d and 2-d are\)"):
+        build_package(capture(spec, (), None, decompositions()), tmp_path / "conv3d.aotpack")
 
 
 @pytest.mark.parametrize("pool, what", [(lambda x: F.max_pool2d(x, 9, 1, 4, return_indices=True),

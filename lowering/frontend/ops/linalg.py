@@ -102,10 +102,16 @@ def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: Tensor
     return elementwise(ctx, node, [product, bias], fn, compute=accumulate)
 
 
-def _pair(value: Any, rank: int) -> tuple[int, int]:
+def _per_dim(value: Any, rank: int) -> tuple[int, ...]:
+    """A convolution argument given once or once per spatial dim (stride, padding, ...), once per spatial dim."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    values = values * rank if len(values) == 1 else values
-    return (1, int(values[0])) if rank == 1 else (int(values[0]), int(values[1]))
+    return tuple(int(v) for v in (values * rank if len(values) == 1 else values))
+
+
+def _as_2d(values: tuple[int, ...], height: int) -> tuple[int, int]:
+    """A convolution's per-dim values as the 2-d convolution's that it runs as: a 1-d one has a height of 1,
+    whose value is `height` (1 for a stride or dilation, 0 for padding)."""
+    return (height, values[0]) if len(values) == 1 else (values[0], values[1])
 
 
 @lowers(aten.convolution.default)
@@ -134,9 +140,8 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     implicit = can_gather(x.dtype, out_dtype)
     if spatial == 1:  # run 1-d as 2-d with a height of 1
         x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
-    stride2, padding2, dilation2 = _pair(stride, spatial), _pair(padding, spatial), _pair(dilation, spatial)
-    if spatial == 1:
-        padding2 = (0, padding2[1])
+    stride2, dilation2 = _as_2d(_per_dim(stride, spatial), 1), _as_2d(_per_dim(dilation, spatial), 1)
+    padding2 = _as_2d(_per_dim(padding, spatial), 0)
     c_out, c_group, kh, kw = (int(s) for s in weight.shape)
     if x.view is None and (implicit or kh * kw > 1 or padding2 != (0, 0)):
         # The columns read each input element kh*kw times: compute it once. Computed before padding, where
@@ -195,11 +200,10 @@ def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padd
     times the work of the transposed form); in exchange it runs on the implicit-GEMM convolution as it is."""
     spatial = x.rank - 2
     dims = range(2, x.rank)
-    strides = [int(v) for v in _tuple(stride, spatial)]
-    dilations = [int(v) for v in _tuple(dilation, spatial)]
-    extra = [int(v) for v in _tuple(output_padding, spatial)]
+    strides, dilations = _per_dim(stride, spatial), _per_dim(dilation, spatial)
+    extra = _per_dim(output_padding, spatial)
     kernel = [int(weight.shape[d]) for d in dims]
-    before = [dl * (k - 1) - int(p) for dl, k, p in zip(dilations, kernel, _tuple(padding, spatial))]
+    before = [dl * (k - 1) - p for dl, k, p in zip(dilations, kernel, _per_dim(padding, spatial))]
     sizes = [(x.shape[d] - 1) * s + 1 + 2 * b + e for d, s, b, e in zip(dims, strides, before, extra)]
 
     def stuffed(idx: tuple) -> Any:
@@ -231,11 +235,6 @@ def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padd
     w_direct = TensorValue(weight.dtype, (sympy.Integer(groups * per_group), sympy.Integer(c_in_group),
                                           *(sympy.Integer(k) for k in kernel)), flipped)
     return x_direct, w_direct
-
-
-def _tuple(value: Any, rank: int) -> tuple:
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    return tuple(values * rank if len(values) == 1 else values)
 
 
 def _zero_padded(x: TensorValue, padding: tuple[int, int]) -> TensorValue:

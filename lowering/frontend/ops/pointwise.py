@@ -15,6 +15,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from ....errors import UnsupportedError
 from ...ir.dtypes import is_float
 from ...ir.scalar import Const, IndexValue, Load, Node, Op, cast
+from .. import symbolic_scalars
 from ..graph import GraphLowering, dtype_name
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, broadcast_to
@@ -26,19 +27,8 @@ Operand = Any  # TensorValue, a Python number, or a sympy size expression
 
 
 def scalar_node(value: Any, dtype: str) -> Node:
-    if isinstance(value, (Load, Const, IndexValue, Op)):  # arithmetic on sizes (frontend/symbolic_scalars.py)
-        return cast(value, dtype)
-    if isinstance(value, sympy.Expr):
-        if value.is_number and not value.is_Integer:
-            return cast(Const(float(value), "float64"), dtype)
-        return cast(IndexValue(value, "int64"), dtype)
-    if isinstance(value, bool):
-        return cast(Const(value, "bool"), dtype)
-    if isinstance(value, int):
-        return cast(Const(value, "int64"), dtype)
-    if isinstance(value, float):
-        return cast(Const(value, "float64"), dtype)
-    raise UnsupportedError(f"a scalar operand of type {type(value).__name__} ({value!r}) is not supported")
+    """A scalar operand (a Python number, a size, arithmetic on sizes) in the dtype an op computes in."""
+    return cast(symbolic_scalars.operand(value), dtype)
 
 
 def _meta(value: Operand) -> Any:
