@@ -11,6 +11,7 @@ traceback (export is non-strict: the user's Python really runs), so those need n
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -187,10 +188,13 @@ GUARD_POINTS_PER_SYMBOL = 257
 GUARD_POINTS_MAX = 20000
 
 
-def _guard_test(expr: str, ctx: CaptureContext) -> tuple[list[SymbolSpec], Any] | None:
+# Cached: a failed capture judges each guard draft_export found once per symbol torch names, and again for the
+# condition it quotes; the symbols are the declared ranges (frozen), so a guard's verdict is the same each time.
+@functools.lru_cache(maxsize=256)
+def _guard_test(expr: str, symbols: tuple[SymbolSpec, ...]) -> tuple[list[SymbolSpec], Any] | None:
     """draft_export's guard `expr` (one comparison, in the user's symbol names) as a Python function of the
     declared symbols it reads, with those symbols; None where sympy cannot read it."""
-    specs = [s for s in ctx.symbols if re.search(rf"\b{re.escape(s.name)}\b", expr)]
+    specs = [s for s in symbols if re.search(rf"\b{re.escape(s.name)}\b", expr)]
     symbols = {s.name: sympy.Symbol(s.name, integer=True, positive=True) for s in specs}
     # split at the comparison: Python's `!=` between sympy expressions compares them as objects, not values
     m = re.fullmatch(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)", expr.strip())
@@ -209,7 +213,12 @@ def _guard_test(expr: str, ctx: CaptureContext) -> tuple[list[SymbolSpec], Any] 
 
 def _holds_over_ranges(expr: str, ctx: CaptureContext) -> bool | None:
     """Whether a guard holds at every point of the declared ranges tried; None where it cannot be judged."""
-    parsed = _guard_test(expr, ctx)
+    return _holds_over(expr, ctx.symbols)
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_over(expr: str, symbols: tuple[SymbolSpec, ...]) -> bool | None:
+    parsed = _guard_test(expr, symbols)
     if parsed is None:
         return None
     specs, test = parsed
@@ -226,7 +235,7 @@ def _holds_over_ranges(expr: str, ctx: CaptureContext) -> bool | None:
 
 def _range_where_it_holds(expr: str, ctx: CaptureContext, sym: str) -> tuple[int, int] | None:
     """For a guard on `sym` alone that fails somewhere in its range: the longest run of sizes where it holds."""
-    parsed = _guard_test(expr, ctx)
+    parsed = _guard_test(expr, ctx.symbols)
     if parsed is None or [s.name for s in parsed[0]] != [sym]:
         return None
     (spec,), test = parsed
