@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
@@ -108,81 +109,87 @@ def _per_dim(value: Any, rank: int) -> tuple[int, ...]:
     return tuple(int(v) for v in (values * rank if len(values) == 1 else values))
 
 
-def _as_2d(values: tuple[int, ...], height: int) -> tuple[int, int]:
-    """A convolution's per-dim values as the 2-d convolution's that it runs as: a 1-d one has a height of 1,
-    whose value is `height` (1 for a stride or dilation, 0 for padding)."""
-    return (height, values[0]) if len(values) == 1 else (values[0], values[1])
+def _lifted(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
+    """A convolution's per-dim values as those of the convolution it runs as: a 1-d one runs as 2-d with a
+    height of 1, whose value is `fill` (1 for a stride or dilation, 0 for padding); 2-d and 3-d as they are."""
+    return (fill, values[0]) if len(values) == 1 else values
 
 
 @lowers(aten.convolution.default)
 def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
                  stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                  groups: int) -> TensorValue:
-    """Convolution as a matrix product: one column per output position, one row per input channel and
-    kernel tap, so it runs on the matmul kernel. The columns are a gather from the input, zero padded once
-    beforehand, that the matmul evaluates as it loads each tile (implicit GEMM: the kh*kw times larger
-    column matrix is never stored); the bias and the NCHW layout of the result stay lazy and fuse into its
-    reader."""
+    """Convolution (1-d, 2-d, 3-d) as a matrix product: one column per output position, one row per input
+    channel and kernel tap, so it runs on the matmul kernel. The columns are a gather from the input, zero
+    padded once beforehand, that the matmul evaluates as it loads each tile (implicit GEMM: the kernel-size
+    times larger column matrix is never stored); the bias and the NC(D)HW layout of the result stay lazy and
+    fuse into its reader. A 3-d convolution is the same product with kd * kh * kw taps a channel and
+    n * od * oh * ow columns: a video transformer's patch embedding (kernel == stride) is one product over
+    its patches."""
     spatial = x.rank - 2
-    if transposed:
-        if spatial not in (1, 2):
-            raise UnsupportedError(f"{spatial}-d transposed convolution is not supported (1-d and 2-d are)")
-        if any(not s.is_number for s in weight.shape):
-            raise UnsupportedError("a convolution weight must have a fixed shape")
-        x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
-        stride, padding = 1, 0
-    if spatial not in (1, 2):
-        raise UnsupportedError(f"{spatial}-d convolution is not supported (1-d and 2-d are)")
+    if spatial not in (1, 2, 3):
+        kind = "transposed convolution" if transposed else "convolution"
+        raise UnsupportedError(f"{spatial}-d {kind} is not supported (1-d, 2-d and 3-d are); fold the extra "
+                               "spatial dims into the batch")
     if any(not s.is_number for s in weight.shape):
         raise UnsupportedError("a convolution weight must have a fixed shape")
+    if transposed:
+        x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
+        stride, padding = 1, 0
     out_shape = ctx.shape_of(node)
     out_dtype = x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node)
     implicit = can_gather(x.dtype, out_dtype)
     if spatial == 1:  # run 1-d as 2-d with a height of 1
         x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
-    stride2, dilation2 = _as_2d(_per_dim(stride, spatial), 1), _as_2d(_per_dim(dilation, spatial), 1)
-    padding2 = _as_2d(_per_dim(padding, spatial), 0)
-    c_out, c_group, kh, kw = (int(s) for s in weight.shape)
-    if x.view is None and (implicit or kh * kw > 1 or padding2 != (0, 0)):
-        # The columns read each input element kh*kw times: compute it once. Computed before padding, where
+    strides, dilations = _lifted(_per_dim(stride, spatial), 1), _lifted(_per_dim(dilation, spatial), 1)
+    pads = _lifted(_per_dim(padding, spatial), 0)
+    c_out, c_group = int(weight.shape[0]), int(weight.shape[1])
+    kernel = tuple(int(s) for s in weight.shape[2:])
+    window = math.prod(kernel)
+    if x.view is None and (implicit or window > 1 or any(pads)):
+        # The columns read each input element once per tap: compute it once. Computed before padding, where
         # its own loads stay free of the padding's clamps and vectorise. With implicit GEMM even a 1x1
         # convolution's input is computed first, so that the columns are one affine load (below).
         x = ctx.realize(x)
-    if padding2 != (0, 0):
-        # Padded in memory (one pass over the input, not kh*kw) rather than by a select in the matmul's tile
-        # loads: every tap then lies inside the padded input, so a column element is one load at an offset
-        # affine in the tap and in the output position, with no clamp or select. Triton's tile load stays a
-        # plain load, and the CPU kernel splits the offset into a per-row and a per-column part, reading
-        # the columns straight into its packed panels (templates/cpp/matmul.cpp.jinja).
-        x = ctx.realize(_zero_padded(x, padding2))
+    if any(pads):
+        # Padded in memory (one pass over the input, not one per tap) rather than by a select in the matmul's
+        # tile loads: every tap then lies inside the padded input, so a column element is one load at an
+        # offset affine in the tap and in the output position, with no clamp or select. Triton's tile load
+        # stays a plain load, and the CPU kernel splits the offset into a per-row and a per-column part,
+        # reading the columns straight into its packed panels (templates/cpp/matmul.cpp.jinja).
+        x = ctx.realize(_zero_padded(x, pads))
     n = x.shape[0]
     g = int(groups)
-    out_h = sympy.Integer(1) if spatial == 1 else out_shape[2]
-    out_w = out_shape[-1]
-    taps = c_group * kh * kw
+    out_sizes = (sympy.Integer(1), out_shape[-1]) if spatial == 1 else tuple(out_shape[2:])
+    taps = c_group * window
+    # The tap t = (c, a...) of a channel: c = t // window, a_d = (t // (product of the kernel after d)) % k_d.
+    tap_strides = tuple(math.prod(kernel[d + 1:]) for d in range(len(kernel)))
 
-    # cols[group, (c, a, b), n, oh, ow]: output positions innermost, so the gather reads rows of x in order.
+    # cols[group, (c, a...), n, o...]: output positions innermost, so the gather reads rows of x in order.
     def column(idx: tuple) -> Any:
-        gi, t, ni, oh, ow = idx
-        c, a, b = FloorDiv(t, kh * kw), ModularIndexing(t, kw, kh), ModularIndexing(t, 1, kw)
-        return x.loader((ni, gi * c_group + c, oh * stride2[0] + a * dilation2[0], ow * stride2[1] + b * dilation2[1]))
+        gi, t, ni, out = idx[0], idx[1], idx[2], idx[3:]
+        c = FloorDiv(t, window)
+        position = tuple(o * s + ModularIndexing(t, ts, k) * dl
+                         for o, s, ts, k, dl in zip(out, strides, tap_strides, kernel, dilations))
+        return x.loader((ni, gi * c_group + c, *position))
 
-    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, out_h, out_w), column)
+    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, *out_sizes), column)
     if not implicit:
         # The integer and float64 CPU matmul reads memory only: im2col, the column buffer written by one
-        # elementwise kernel whose loops follow (n, oh, ow), so it needs no division per element.
+        # elementwise kernel whose loops follow (n, o...), so it needs no division per element.
         cols = ctx.realize(cols)
-    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * out_h * out_w))
-    # The weight [g * c_out/g, c_group, kh, kw] is the left operand, [g, c_out/g, taps], so the product
-    # [g, c_out/g, (n, oh, ow)] is channel-major: readers of the NCHW result (pooling, batch norm) read
+    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * math.prod(out_sizes)))
+    # The weight [g * c_out/g, c_group, k...] is the left operand, [g, c_out/g, taps], so the product
+    # [g, c_out/g, (n, o...)] is channel-major: readers of the NC(D)HW result (pooling, batch norm) read
     # contiguous rows, and the columns are the right operand's rows, copied into panels without transposing.
     w_mat = V.reshape(weight, (sympy.Integer(g), sympy.Integer(c_out // g), sympy.Integer(taps)))
     product = matmul_values(ctx, w_mat, cols, out_dtype, gather_b=True)
 
-    def load(idx: tuple) -> Any:  # out[n, co, oh, ow] = product[co // (c_out/g), co % (c_out/g), (n, oh, ow)]
+    def load(idx: tuple) -> Any:  # out[n, co, o...] = product[co // (c_out/g), co % (c_out/g), (n, o...)]
         ni, co = idx[0], idx[1]
-        oh, ow = (idx[2], idx[3]) if spatial == 2 else (sympy.Integer(0), idx[2])
-        r = (ni * out_h + oh) * out_w + ow
+        r = ni
+        for o, size in zip((sympy.Integer(0), idx[2]) if spatial == 1 else idx[2:], out_sizes):
+            r = r * size + o
         value = product.loader((FloorDiv(co, c_out // g), ModularIndexing(co, 1, c_out // g), r))
         if bias is not None:
             value = Op("add", (value, cast(bias.loader((co,)), value.dtype)), value.dtype)
@@ -237,18 +244,19 @@ def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padd
     return x_direct, w_direct
 
 
-def _zero_padded(x: TensorValue, padding: tuple[int, int]) -> TensorValue:
-    """x [n, c, h, w] with `padding` zeros on both sides of h and w."""
-    n, c, h, w = x.shape
-    ph, pw = padding
+def _zero_padded(x: TensorValue, padding: tuple[int, ...]) -> TensorValue:
+    """x [n, c, spatial...] with `padding` zeros on both sides of each spatial dim."""
+    sizes = x.shape[2:]
 
     def load(idx: tuple) -> Any:
-        ni, ci, hi, wi = idx[0], idx[1], idx[2] - ph, idx[3] - pw
-        value = x.loader((ni, ci, sympy.Max(0, sympy.Min(hi, h - 1)), sympy.Max(0, sympy.Min(wi, w - 1))))
-        inside = Op("logical_and", (_in_range(hi, h), _in_range(wi, w)), "bool")
+        shifted = [i - p for i, p in zip(idx[2:], padding)]
+        value = x.loader((idx[0], idx[1], *(sympy.Max(0, sympy.Min(i, s - 1)) for i, s in zip(shifted, sizes))))
+        inside = _in_range(shifted[0], sizes[0])
+        for i, s in zip(shifted[1:], sizes[1:]):
+            inside = Op("logical_and", (inside, _in_range(i, s)), "bool")
         return Op("where", (inside, value, cast(Const(0, "int64"), x.dtype)), x.dtype)
 
-    return TensorValue(x.dtype, (n, c, h + 2 * ph, w + 2 * pw), load)
+    return TensorValue(x.dtype, (*x.shape[:2], *(s + 2 * p for s, p in zip(sizes, padding))), load)
 
 
 def _in_range(i: sympy.Expr, size: sympy.Expr) -> Any:
