@@ -30,6 +30,15 @@ TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": to
                "int8": torch.int8, "uint8": torch.uint8, "bool": torch.int8}
 
 
+def _rint(tl, x):
+    """CUDA's rint: to the nearest integer, ties to even (grid_sample's nearest mode lands on ties). floor(x + 0.5)
+    rounds ties up, and x + 0.5 itself rounds for |x| >= 2^23; x - floor(x) is exact."""
+    down = tl.floor(x)
+    frac = x - down
+    odd = (down - 2.0 * tl.floor(down * 0.5)) != 0
+    return tl.where(frac > 0.5, down + 1.0, tl.where(frac < 0.5, down, tl.where(odd, down + 1.0, down)))
+
+
 class _InterpretedLibdevice:
     """libdevice for the interpreter, which patches only triton.language's own math functions."""
 
@@ -49,7 +58,7 @@ class _InterpretedLibdevice:
             "log10": lambda x: tl.log(x) * 0.4342944819032518,
             "erfc": lambda x: 1.0 - tl.erf(x),
             "trunc": lambda x: tl.where(x < 0, tl.ceil(x), tl.floor(x)),
-            "rint": lambda x: tl.floor(x + 0.5),
+            "rint": lambda x: _rint(tl, x),
             "fmax": lambda a, b: tl.maximum(a, b),
             "fmin": lambda a, b: tl.minimum(a, b),
             "pow": lambda a, b: tl.exp(b * tl.log(a)),

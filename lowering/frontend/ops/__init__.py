@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (registration)
     attention,
     distance,
+    grid_sample,
     index,
     linalg,
     norm,
