@@ -17,7 +17,7 @@ from ....errors import UnsupportedError
 from ...codegen.body import BodySpelling, BodyWriter, Check
 from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
-from ...ir.scalar import Indirect, Load, Op
+from ...ir.scalar import Const, Indirect, Load, Op
 
 # Triton's pointer element type per storage dtype (kernel signatures); bool is stored as one byte.
 POINTER_TYPE = {
@@ -200,9 +200,11 @@ class TritonBody(BodySpelling):
             if name == "abs":
                 return f"tl.where({args[0]} < 0, -{args[0]}, {args[0]})"
             if name in ("floordiv", "truncdiv", "remainder", "fmod"):
-                zero = writer.temp(f"{args[1]} == 0")
-                writer.checks.append(Check(zero, "integer division by zero" if "div" in name else "integer modulo by zero"))
-                divisor = writer.temp(f"tl.where({zero}, 1, {args[1]})")
+                divisor = args[1]
+                if not (isinstance(node.args[1], Const) and node.args[1].value != 0):  # a constant needs no check
+                    zero = writer.temp(f"{args[1]} == 0")
+                    writer.checks.append(Check(zero, "integer division by zero" if "div" in name else "integer modulo by zero"))
+                    divisor = writer.temp(f"tl.where({zero}, 1, {args[1]})")
                 fn = {"floordiv": "_floordiv({a}, {b})", "truncdiv": "{a} // {b}", "remainder": "_pymod({a}, {b})",
                       "fmod": "{a} % {b}"}[name]
                 return f"({fn.format(a=args[0], b=divisor)}).to({tl_type})"

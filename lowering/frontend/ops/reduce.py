@@ -1,12 +1,15 @@
-"""Reductions: sum, mean, max/min, argmax/argmin, prod, any/all, var. Elementwise producers fuse in."""
+"""Reductions: sum, mean, max/min, argmax/argmin, prod, any/all, var; and the running folds (cumsum, cumprod,
+cummax, cummin, logcumsumexp) as reductions over each position's prefix. Elementwise producers fuse in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
 import torch
 
+from ...ir.dtypes import is_float
 from ...ir.scalar import Const, IndexValue, Op, cast
 from ...ir.symbolic import product
 from ..graph import GraphLowering
@@ -140,3 +143,70 @@ def cumulative(ctx: GraphLowering, x: TensorValue, dim: int, op: str, out: str) 
 
     return ctx.reduce(TensorValue(out, tuple(full), masked), [x.rank], op, out)
 
+
+
+def _prefix(x: TensorValue, dim: int) -> tuple[tuple, Callable[[tuple], tuple[Any, tuple]]]:
+    """The domain of a running fold along dim (x's shape and a last axis k over the dim) and, for an index of
+    it, k clamped to the position j being computed, with x's index there. An idempotent fold (max, min) over
+    x[min(k, j)] is the fold over the prefix k <= j, with no identity to mask the rest with."""
+    def at(idx: tuple) -> tuple[Any, tuple]:
+        k = sympy.Min(idx[-1], idx[dim])
+        src = list(idx[:-1])
+        src[dim] = k
+        return k, tuple(src)
+
+    return (*x.shape, x.shape[dim]), at
+
+
+@lowers(aten.cummax.default, aten.cummin.default)
+def _cummax(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int) -> tuple[TensorValue, TensorValue]:
+    """Running max (min) along dim and where it was found, as eager's CPU kernel gives it: among equal values the
+    latest, and from the first NaN on, NaN at the latest NaN."""
+    if x.rank == 0:
+        return x, TensorValue("int64", (), lambda idx: Const(0, "int64"))
+    dim %= x.rank
+    op = "max" if node.target is aten.cummax.default else "min"
+    domain, at = _prefix(x, dim)
+    values = ctx.reduce(TensorValue(x.dtype, domain, lambda idx: x.loader(at(idx)[1])), [x.rank], op, x.dtype)
+
+    def found(idx: tuple) -> Any:
+        k, src = at(idx)
+        a, best = x.loader(src), values.loader(idx[:-1])
+        same = Op("eq", (a, best), "bool")
+        if is_float(x.dtype):
+            both_nan = Op("logical_and", (Op("isnan", (a,), "bool"), Op("isnan", (best,), "bool")), "bool")
+            same = Op("logical_or", (same, both_nan), "bool")
+        return Op("where", (same, IndexValue(k, "int64"), Const(0, "int64")), "int64")
+
+    return values, ctx.reduce(TensorValue("int64", domain, found), [x.rank], "max", "int64")
+
+
+@lowers(aten.logcumsumexp.default)
+def _logcumsumexp(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, dim: int) -> TensorValue:
+    """log of the running sum of exp along dim, shifted by the running max so that no exp overflows: where
+    that max is infinite (all -inf so far, or an inf) it is the result, as in eager."""
+    out = ctx.dtype_of(node)
+    compute = "float32" if out in ("float16", "bfloat16") else out
+    xf = _cast_input(x, compute)
+    if x.rank == 0:
+        return _cast_input(xf, out)
+    dim %= x.rank
+    domain, at = _prefix(xf, dim)
+    peak = ctx.reduce(TensorValue(compute, domain, lambda idx: xf.loader(at(idx)[1])), [x.rank], "max", compute)
+
+    def shifted(idx: tuple) -> Any:
+        k, j = idx[-1], idx[dim]
+        src = list(idx[:-1])
+        src[dim] = k
+        term = Op("exp", (Op("sub", (xf.loader(tuple(src)), peak.loader(idx[:-1])), compute),), compute)
+        inside = Op("le", (IndexValue(k, "int64"), IndexValue(j, "int64")), "bool")
+        return Op("where", (inside, term, Const(0.0, compute)), compute)
+
+    total = ctx.reduce(TensorValue(compute, domain, shifted), [x.rank], "sum", compute)
+
+    def result(idx: tuple) -> Any:
+        m = peak.loader(idx)
+        value = Op("add", (m, Op("log", (total.loader(idx),), compute)), compute)
+        return cast(Op("where", (Op("isinf", (m,), "bool"), m, value), compute), out)
+
+    return TensorValue(out, x.shape, result)
