@@ -1,6 +1,6 @@
 """3-d convolutions and pooling (tests/e2e/op_models/conv3d.py) in Triton's interpreter against eager: the
 implicit-GEMM products over kd * kh * kw taps (a patch embedding, a transposed convolution as a direct one)
-and the separable poolings, at the example shape and at the corners of the declared ranges."""
+the separable poolings and max pooling's indices, at the example shape and at the corners of the declared ranges."""
 
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ def _run(script: str) -> dict:
 
 def test_3d_convolutions_and_pooling_match_eager_in_the_triton_interpreter():
     report = _run(INTERPRET)
-    assert not report["errors"] and len(report["rel"]) == 16 and all(r <= 1e-5 for r in report["rel"]), report
+    assert not report["errors"] and len(report["rel"]) == 19 and all(r <= 1e-5 for r in report["rel"]), report
 
 
 def test_3d_convolutions_and_pooling_match_eager_in_the_triton_interpreter_over_the_ranges():
     report = _run(AT_RANGES)
     for run in report.values():
-        assert not run["errors"] and len(run["rel"]) == 16 and all(r <= 1e-5 for r in run["rel"]), report
+        assert not run["errors"] and len(run["rel"]) == 19 and all(r <= 1e-5 for r in run["rel"]), report

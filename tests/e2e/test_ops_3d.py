@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,17 +43,35 @@ def _lowered(spec: ModelSpec):
 
 
 def test_each_3d_convolution_is_one_implicit_gemm_product():
-    """Six convolutions (the transposed one as the direct convolution it equals), six products, each gathering
-    its columns split into a per-tap and a per-position offset; no [groups, taps, n, od, oh, ow] column buffer.
-    The patch embedding (kernel == stride) reads its columns straight from the model's input."""
+    """Every product gathers its columns split into a per-tap and a per-position offset, with no
+    [groups, taps, n, od, oh, ow] column buffer; five direct convolutions and a transposed one (as direct
+    convolutions) give at least six products."""
     program = _lowered(load_model_file(MODEL))
     products = [s for s in program.steps if isinstance(s, MatmulKernel)]
-    assert len(products) == 6
+    assert len(products) >= 6
     _, k_var, _ = operand_vars()
     assert all(isinstance(p.b, GatheredOperand) and split_gather(p.b, k_var) is not None for p in products)
     assert all(len(b.shape) <= 5 for b in program.buffers.values()), "a column buffer"
-    patch = products[0]
-    assert int(patch.k) == 3 * 2 * 2 * 2 and program.buffers[patch.b.value.buffer].kind == "input"
+
+
+class PatchEmbedding(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Conv3d(3, 16, (2, 4, 4), stride=(2, 4, 4))
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+def test_a_patch_embedding_is_one_product_reading_the_input():
+    """VideoMAE's tubelet embedding (kernel == stride): one product of k = 3 * 2 * 4 * 4 whose columns are loads
+    of the model's input, and nothing else but the [batch, patches, dim] result the bias is added in."""
+    spec = ModelSpec(HERE, PatchEmbedding().eval(), (torch.randn(2, 3, 8, 16, 16),), ("x",),
+                     {"x": {0: "batch"}}, {"batch": (1, 4)})
+    program = _lowered(spec)
+    products = [s for s in program.steps if isinstance(s, MatmulKernel)]
+    assert len(products) == 1 and len(program.steps) == 2
+    assert int(products[0].k) == 96 and program.buffers[products[0].b.value.buffer].kind == "input"
 
 
 def test_float64_3d_convolutions_through_their_column_buffer(tmp_path, rt):
@@ -84,8 +103,9 @@ LINE = r"test_ops_3d\.py:\d+ \(return self\.pool\(x\)\): "
 
 
 @pytest.mark.parametrize("pool, message", [
-    (lambda x: F.max_pool3d(x, 2, return_indices=True),
-     LINE + r"the indices of 3-d max pooling are not supported, only the pooled values; pool without return_indices"),
+    (lambda x: F.max_pool3d(x, (2, 6, 6), return_indices=True),
+     LINE + r"the indices of 3-d max pooling windows above 64 elements \(2x6x6\) are not supported, only the pooled "
+            r"values; pool without return_indices, or with smaller windows"),
     (lambda x: F.adaptive_max_pool3d(x, 2, return_indices=True),
      LINE + r"the indices of 3-d adaptive max pooling are not supported"),
     (lambda x: F.avg_pool3d(x, (2, 9, 9)),
@@ -96,3 +116,26 @@ def test_what_3d_pooling_does_not_support_is_refused_at_export_naming_the_line(p
     with pytest.raises(UnsupportedError, match=message):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "pool3d.aotpack")
     assert not (tmp_path / "pool3d.aotpack").exists()
+
+
+class Indices(nn.Module):
+    def forward(self, x):
+        return (*F.max_pool3d(x, (2, 3, 2), stride=(1, 2, 1), padding=(1, 1, 0), return_indices=True),
+                F.max_pool2d(x[:, 0], 3, 1, 1, return_indices=True)[1])
+
+
+def test_max_pooling_indices_pick_eagers_element_among_ties_nans_and_infinities(tmp_path, rt):
+    """Eager's CPU kernels take the first largest element of a window, the last NaN, and the first element
+    inside the input when every one is -inf; 3-d windows unrolled whole, and 2-d, through one formulation."""
+    x = torch.randn(2, 3, 5, 6, 7).round()
+    x[0, :, 1:3, 2:5, 1:4] = float("-inf")
+    x[1, 0, 2, 3, 3] = x[1, 0, 3, 3, 4] = x[1, 0, 1, 1, 1] = float("nan")
+    x[1, 1, 4] = float("inf")
+    spec = ModelSpec(HERE, Indices().eval(), (x,), ("x",), {}, {})
+    result = build_package(capture(spec, (), None, decompositions()), tmp_path / "indices.aotpack")
+    outputs = rt.Model(result.path).session().run([to_numpy(x)])
+    with torch.no_grad():
+        expected = Indices()(x)
+    assert np.array_equal(outputs[0], expected[0].numpy(), equal_nan=True)
+    for out, ref in zip(outputs[1:], expected[1:]):
+        assert np.array_equal(out, ref.numpy()), mismatch_report("indices", out, ref.numpy())

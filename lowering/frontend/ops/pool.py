@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from typing import Any
 
 import sympy
@@ -121,25 +122,29 @@ def _max_pool(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: Ints
         return best
 
     def argmax(idx: tuple) -> Node:
-        """The flat h * W + w position of the maximum, picked as eager's CPU kernel does: the first largest
-        element, or the last NaN; the window's first element inside the input if all are -inf."""
+        """The flat h * W + w (d * H * W + h * W + w) position of the maximum, picked as eager's CPU kernel does:
+        the first largest element, or the last NaN; the window's first element inside the input if all are -inf.
+        Written against the window's max, each element compared with it, rather than as a running (best, where)
+        pair, whose every step reads the previous best twice: expressions are trees, and that one doubled with
+        each element (a 4 x 4 window took 76 s to lower, 5 x 5 did not finish)."""
         loads = _window_loads(x, idx, kernel, stride, padding, dilation, ceil_mode)
         sizes = x.shape[-len(kernel):]
         positions = [IndexValue(_flat_position(idx, taps, stride, padding, dilation, sizes), "int64")
                      for taps in itertools.product(*(range(k) for k in kernel))]
+        best = load(idx)
         first = positions[-1]
-        for (inside, _), position in reversed(list(zip(loads, positions))):
-            first = position if inside is None else Op("where", (inside, position, first), "int64")
-        best, where = lowest, first
+        for (inside, value), position in reversed(list(zip(loads, positions))):
+            largest = Op("eq", (value, best), "bool")
+            largest = largest if inside is None else Op("logical_and", (inside, largest), "bool")
+            first = Op("where", (largest, position, first), "int64")
+        if not is_float(x.dtype):
+            return first
+        last_nan = positions[0]
         for (inside, value), position in zip(loads, positions):
-            larger = Op("gt", (value, best), "bool")
-            if is_float(x.dtype):
-                larger = Op("logical_or", (larger, Op("isnan", (value,), "bool")), "bool")
-            if inside is not None:
-                larger = Op("logical_and", (inside, larger), "bool")
-            best = Op("where", (larger, value, best), x.dtype)
-            where = Op("where", (larger, position, where), "int64")
-        return where
+            nan = Op("isnan", (value,), "bool")
+            nan = nan if inside is None else Op("logical_and", (inside, nan), "bool")
+            last_nan = Op("where", (nan, position, last_nan), "int64")
+        return Op("where", (Op("isnan", (best,), "bool"), last_nan, first), "int64")
 
     return TensorValue(x.dtype, out_shape, load), TensorValue("int64", out_shape, argmax)
 
@@ -181,18 +186,27 @@ def _for_depth_pass(ctx: GraphLowering, planes: TensorValue, overlapping: bool) 
 def _max_pool3d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_size: Any, stride: Any = None,
                 padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> tuple:
     """The max over each (h, w) window of every depth plane, then the max of kd of those (separable: the same
-    maximum, and NaN still propagates). The indices are refused where they are read: each pass picks its own
-    first maximum, and combining the two into eager's flat index would need a gather."""
+    maximum, and NaN still propagates). Where the indices are read (max_unpool3d), the whole window is unrolled
+    at once instead, as 2-d windows are, so that the flat d * H * W + h * W + w of eager's first maximum is
+    picked among all kd * kh * kw elements; above 64 elements they are refused where read, naming the line."""
     kernel, pad, dil = _triple(kernel_size), _triple(padding), _triple(dilation)
     step = _triple(stride) if stride else kernel
     out_shape = ctx.shape_of(node)
     what = "3-d max pooling"
+    if _reads_indices(node) and math.prod(kernel) <= MAX_WINDOW:
+        return _max_pool(ctx, x, out_shape, kernel, step, pad, dil, ceil_mode, what)
     planes = _max_pool(ctx, x, _planes_shape(x, out_shape), kernel[1:], step[1:], pad[1:], dil[1:], ceil_mode,
                        what)[0]
     planes = _for_depth_pass(ctx, planes, kernel[0] > step[0])
     depth = _max_pool(ctx, planes, (*out_shape[:-3], *out_shape[-2:], out_shape[-3]), kernel[:1], step[:1],
                       pad[:1], dil[:1], ceil_mode, what)[0]
-    return _depth_back(depth), _refused_indices(ctx, out_shape, what)
+    what = f"{what} windows above {MAX_WINDOW} elements ({'x'.join(str(k) for k in kernel)})"
+    return _depth_back(depth), _refused_indices(ctx, out_shape, what, "or with smaller windows")
+
+
+def _reads_indices(node: torch.fx.Node) -> bool:
+    """Whether anything reads the indices, the second output of a max pooling."""
+    return any(user.target is operator.getitem and user.args[1] == 1 for user in node.users)
 
 
 def _max_pool_reduced(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: Ints, stride: Ints,

@@ -1,7 +1,8 @@
 """3-d convolutions and 3-d pooling (video models, 3-d U-Nets) over a dynamic batch, depth, height and width:
 a kernel == stride patch embedding (VideoMAE, ViViT), Conv3d with stride, padding, dilation, groups and no bias,
 a (1, 3, 3) + (3, 1, 1) factorised block (R(2+1)D), ConvTranspose3d with output_padding, and average, max and
-adaptive pooling with padding, ceil_mode and count_include_pad=False. Run by tests/e2e/test_ops_3d.py through
+adaptive pooling with padding, ceil_mode (on a second input of a fixed shape), count_include_pad=False and
+divisor_override, and max pooling's indices (ties among rounded values). Run by tests/e2e/test_ops_3d.py through
 the C++ runtime and by tests/codegen/test_triton_3d.py in the Triton interpreter."""
 
 import torch
@@ -37,6 +38,8 @@ class Video(nn.Module):
             F.max_pool3d(clip, (3, 2, 3), stride=(2, 1, 2), padding=1, ceil_mode=True),
             F.max_pool3d(x, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
             F.max_pool3d(x, 2, dilation=(2, 1, 1)),
+            *F.max_pool3d(x.round(), (2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 1), return_indices=True),  # ties
+            F.max_pool3d(clip, 2, stride=2, dilation=(2, 1, 1), ceil_mode=True, return_indices=True)[1],
             F.adaptive_avg_pool3d(z, (2, 3, 2)),
             F.adaptive_avg_pool3d(x, 1),
             F.adaptive_max_pool3d(z, (3, 2, 1)),
