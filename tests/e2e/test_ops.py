@@ -16,6 +16,8 @@ from aotpack.build import build_package
 from aotpack.errors import UnsupportedError
 from aotpack.exporter import ModelSpec, capture, resolve_symbols
 from aotpack.lowering.frontend.decompositions import decompositions
+from aotpack.lowering.frontend.graph import GraphLowering
+from aotpack.lowering.ir.kernels import MatmulKernel
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
 from exported import check_against_eager, export, make_inputs, range_points
 from op_models.large_windows import pooled
@@ -265,6 +267,20 @@ def test_op_model_file_matches_eager_over_its_ranges(model_file, tmp_path, rt):
     session = rt.Model(exported.result.path).session(num_threads=2)
     for seed, point in enumerate(range_points(exported.signature["symbols"])):
         check_against_eager(exported, session, make_inputs(exported, point, seed))
+
+
+@pytest.mark.parametrize("conv, k, m", [(nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1), 4 * 2 * 2, 4 * 6),
+                                        (nn.ConvTranspose1d(4, 6, 3, stride=2, groups=2), 2 * 2, 2 * 6 // 2),
+                                        (nn.ConvTranspose2d(4, 6, 3, stride=2, dilation=2), 4 * 3 * 3, 6)])
+def test_a_strided_transposed_convolution_multiplies_no_stuffed_zero(conv, k, m):
+    """Sub-pixel: one product whose rows are each output phase's channels and whose taps are only those a
+    phase reads (4 of 16 at stride 2 x 2, kernel 4 x 4); dilated, the zero-stuffed input's full kernel."""
+    spec = ModelSpec(HERE, conv.eval(), (torch.randn(2, 4, *(5,) * (conv.weight.dim() - 2)),), ("input",),
+                     {"input": {0: "n"}}, {"n": (1, 3)})
+    plan = resolve_symbols(spec)
+    program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+    (product,) = [s for s in program.steps if isinstance(s, MatmulKernel)]
+    assert (int(product.k), int(product.m)) == (k, m)
 
 
 def test_unsupported_ops_are_all_listed_with_their_lines(tmp_path):

@@ -119,13 +119,9 @@ def _lifted(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
 def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight: TensorValue, bias: Any,
                  stride: Any, padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                  groups: int) -> TensorValue:
-    """Convolution (1-d, 2-d, 3-d) as a matrix product: one column per output position, one row per input
-    channel and kernel tap, so it runs on the matmul kernel. The columns are a gather from the input, zero
-    padded once beforehand, that the matmul evaluates as it loads each tile (implicit GEMM: the kernel-size
-    times larger column matrix is never stored); the bias and the NC(D)HW layout of the result stay lazy and
-    fuse into its reader. A 3-d convolution is the same product with kd * kh * kw taps a channel and
-    n * od * oh * ow columns: a video transformer's patch embedding (kernel == stride) is one product over
-    its patches."""
+    """Convolution (1-d, 2-d, 3-d) on the matrix product (`direct_convolution`); a transposed one as the
+    direct convolutions it equals (`_subpixel`, or `_transposed_as_direct` where it is dilated). The bias and
+    the NC(D)HW layout of the result stay lazy and fuse into its reader."""
     spatial = x.rank - 2
     if spatial not in (1, 2, 3):
         kind = "transposed convolution" if transposed else "convolution"
@@ -133,16 +129,41 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
                                "spatial dims into the batch")
     if any(not s.is_number for s in weight.shape):
         raise UnsupportedError("a convolution weight must have a fixed shape")
-    if transposed:
-        x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
-        stride, padding = 1, 0
-    out_shape = ctx.shape_of(node)
-    out_dtype = x.dtype if x.dtype == weight.dtype else ctx.dtype_of(node)
+    out_shape, out_dtype = ctx.shape_of(node), ctx.dtype_of(node)
+    product_dtype = x.dtype if x.dtype == weight.dtype else out_dtype
+    strides, dilations = _per_dim(stride, spatial), _per_dim(dilation, spatial)
+    if transposed and all(d == 1 for d in dilations) and any(s > 1 for s in strides):
+        result = _subpixel(ctx, x, weight, strides, _per_dim(padding, spatial), int(groups), out_shape, product_dtype)
+    else:
+        pads = _per_dim(padding, spatial)
+        if transposed:
+            x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
+            strides, pads = (1,) * spatial, (0,) * spatial
+        result = direct_convolution(ctx, x, weight, strides, pads, dilations, int(groups), out_shape[2:], product_dtype)
+
+    def load(idx: tuple) -> Any:
+        value = result.loader(idx)
+        if bias is not None:
+            value = Op("add", (value, cast(bias.loader((idx[1],)), value.dtype)), value.dtype)
+        return cast(value, out_dtype)
+
+    return TensorValue(out_dtype, out_shape, load)
+
+
+def direct_convolution(ctx: GraphLowering, x: TensorValue, weight: TensorValue, strides: tuple[int, ...],
+                       pads: tuple[int, ...], dilations: tuple[int, ...], groups: int,
+                       out_sizes: tuple[sympy.Expr, ...], out_dtype: str) -> TensorValue:
+    """x [n, c_in, spatial...] convolved with weight [c_out, c_in/groups, k...] (no bias) as a matrix
+    product: one column per output position, one row per input channel and kernel tap, so it runs on the
+    matmul kernel. The columns are a gather from the input, zero padded once beforehand, that the matmul
+    evaluates as it loads each tile (implicit GEMM: the kernel-size times larger column matrix is never
+    stored). A 3-d convolution is the same product with kd * kh * kw taps a channel and n * od * oh * ow
+    columns: a video transformer's patch embedding (kernel == stride) is one product over its patches."""
+    spatial = x.rank - 2
     implicit = can_gather(x.dtype, out_dtype)
     if spatial == 1:  # run 1-d as 2-d with a height of 1
         x, weight = V.unsqueeze(x, 2), V.unsqueeze(weight, 2)
-    strides, dilations = _lifted(_per_dim(stride, spatial), 1), _lifted(_per_dim(dilation, spatial), 1)
-    pads = _lifted(_per_dim(padding, spatial), 0)
+    strides, dilations, pads = _lifted(strides, 1), _lifted(dilations, 1), _lifted(pads, 0)
     c_out, c_group = int(weight.shape[0]), int(weight.shape[1])
     kernel = tuple(int(s) for s in weight.shape[2:])
     window = math.prod(kernel)
@@ -159,8 +180,8 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         # reading the columns straight into its packed panels (templates/cpp/matmul.cpp.jinja).
         x = ctx.realize(_zero_padded(x, pads))
     n = x.shape[0]
-    g = int(groups)
-    out_sizes = (sympy.Integer(1), out_shape[-1]) if spatial == 1 else tuple(out_shape[2:])
+    g = groups
+    grid = (sympy.Integer(1), *out_sizes) if spatial == 1 else tuple(out_sizes)
     taps = c_group * window
     # The tap t = (c, a...) of a channel: c = t // window, a_d = (t // (product of the kernel after d)) % k_d.
     tap_strides = tuple(math.prod(kernel[d + 1:]) for d in range(len(kernel)))
@@ -173,12 +194,12 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
                          for o, s, ts, k, dl in zip(out, strides, tap_strides, kernel, dilations))
         return x.loader((ni, gi * c_group + c, *position))
 
-    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, *out_sizes), column)
+    cols = TensorValue(x.dtype, (sympy.Integer(g), sympy.Integer(taps), n, *grid), column)
     if not implicit:
         # The integer and float64 CPU matmul reads memory only: im2col, the column buffer written by one
         # elementwise kernel whose loops follow (n, o...), so it needs no division per element.
         cols = ctx.realize(cols)
-    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * math.prod(out_sizes)))
+    cols = V.reshape(cols, (sympy.Integer(g), sympy.Integer(taps), n * math.prod(grid)))
     # The weight [g * c_out/g, c_group, k...] is the left operand, [g, c_out/g, taps], so the product
     # [g, c_out/g, (n, o...)] is channel-major: readers of the NC(D)HW result (pooling, batch norm) read
     # contiguous rows, and the columns are the right operand's rows, copied into panels without transposing.
@@ -188,14 +209,59 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
     def load(idx: tuple) -> Any:  # out[n, co, o...] = product[co // (c_out/g), co % (c_out/g), (n, o...)]
         ni, co = idx[0], idx[1]
         r = ni
-        for o, size in zip((sympy.Integer(0), idx[2]) if spatial == 1 else idx[2:], out_sizes):
+        for o, size in zip((sympy.Integer(0), idx[2]) if spatial == 1 else idx[2:], grid):
             r = r * size + o
-        value = product.loader((FloorDiv(co, c_out // g), ModularIndexing(co, 1, c_out // g), r))
-        if bias is not None:
-            value = Op("add", (value, cast(bias.loader((co,)), value.dtype)), value.dtype)
-        return cast(value, ctx.dtype_of(node))
+        return product.loader((FloorDiv(co, c_out // g), ModularIndexing(co, 1, c_out // g), r))
 
-    return TensorValue(ctx.dtype_of(node), out_shape, load)
+    return TensorValue(out_dtype, (n, sympy.Integer(c_out), *out_sizes), load)
+
+
+def _subpixel(ctx: GraphLowering, x: TensorValue, weight: TensorValue, strides: tuple[int, ...],
+              padding: tuple[int, ...], groups: int, out_shape: tuple[sympy.Expr, ...],
+              out_dtype: str) -> TensorValue:
+    """A strided transposed convolution (no dilation) as one direct convolution with a channel per output
+    phase, so that no multiplication is by a stuffed zero. Along a dim of stride s, the output o takes
+    x[q - t] * w[r + s t] over t, where r = (o + p) % s is its phase and q = (o + p) // s: per phase a
+    stride-1 convolution of x with the taps r, r + s, ... reversed (T = ceil(k / s) of them; past the kernel,
+    zeros). Every phase has the same shape, so the s^d phases of a channel are s^d output channels of one
+    product over x padded by T, read back at q + 1 in phase r: the transposed form's multiplications, where
+    the zero-stuffed input (`_transposed_as_direct`) takes s^d times as many."""
+    spatial = x.rank - 2
+    c_in, per_group = int(weight.shape[0]), int(weight.shape[1])
+    c_in_group = c_in // groups
+    kernel = [int(weight.shape[d]) for d in range(2, weight.rank)]
+    taps = [-(-k // s) for k, s in zip(kernel, strides)]
+    phases = math.prod(strides)
+    # the flat phase's digits: r_d = (phase // (product of the strides after d)) % s_d
+    digit = [math.prod(strides[d + 1:]) for d in range(spatial)]
+
+    def phased(idx: tuple) -> Any:  # w'[(g, phase, co), ci, t...] = w[g * c_in_group + ci, co, r + s (T - 1 - t)...]
+        oc, ci = idx[0], idx[1]
+        g, co = FloorDiv(oc, phases * per_group), ModularIndexing(oc, 1, per_group)
+        at, inside = [], None
+        for d in range(spatial):
+            a = ModularIndexing(oc, per_group * digit[d], strides[d]) + strides[d] * (taps[d] - 1 - idx[2 + d])
+            at.append(sympy.Min(a, kernel[d] - 1))
+            if (taps[d] - 1) * strides[d] + strides[d] - 1 >= kernel[d]:  # some phase reaches past the kernel
+                test = Op("lt", (IndexValue(a, "int64"), Const(kernel[d], "int64")), "bool")
+                inside = test if inside is None else Op("logical_and", (inside, test), "bool")
+        value = weight.loader((g * c_in_group + ci, co, *at))
+        return value if inside is None else Op("where", (inside, value, cast(Const(0, "int64"), weight.dtype)),
+                                                weight.dtype)
+
+    w_phased = TensorValue(weight.dtype, (sympy.Integer(groups * phases * per_group), sympy.Integer(c_in_group),
+                                          *(sympy.Integer(t) for t in taps)), phased)
+    sizes = tuple(x.shape[2 + d] + taps[d] + 1 for d in range(spatial))
+    z = direct_convolution(ctx, x, w_phased, (1,) * spatial, tuple(taps), (1,) * spatial, groups, sizes, out_dtype)
+
+    def load(idx: tuple) -> Any:  # out[n, g * per_group + co, o...] = z[n, (g, phase, co), q + 1...]
+        ni, c = idx[0], idx[1]
+        shifted = [o + p for o, p in zip(idx[2:], padding)]
+        phase = sum(ModularIndexing(v, 1, s) * dg for v, s, dg in zip(shifted, strides, digit))
+        channel = (FloorDiv(c, per_group) * phases + phase) * per_group + ModularIndexing(c, 1, per_group)
+        return z.loader((ni, channel, *(FloorDiv(v, s) + 1 for v, s in zip(shifted, strides))))
+
+    return TensorValue(out_dtype, (out_shape[0], out_shape[1], *out_shape[2:]), load)
 
 
 def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padding: Any, dilation: Any,
