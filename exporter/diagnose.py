@@ -192,23 +192,56 @@ GUARD_POINTS_MAX = 20000
 # condition it quotes; the symbols are the declared ranges (frozen), so a guard's verdict is the same each time.
 @functools.lru_cache(maxsize=256)
 def _guard_test(expr: str, symbols: tuple[SymbolSpec, ...]) -> tuple[list[SymbolSpec], Any] | None:
-    """draft_export's guard `expr` (one comparison, in the user's symbol names) as a Python function of the
-    declared symbols it reads, with those symbols; None where sympy cannot read it."""
+    """draft_export's guard `expr` (comparisons in the user's symbol names, joined by `|` and `&`, as torch
+    prints a guard on either of two sizes) as a Python function of the declared symbols it reads, with those
+    symbols; None where sympy cannot read it."""
     specs = [s for s in symbols if re.search(rf"\b{re.escape(s.name)}\b", expr)]
-    symbols = {s.name: sympy.Symbol(s.name, integer=True, positive=True) for s in specs}
-    # split at the comparison: Python's `!=` between sympy expressions compares them as objects, not values
-    m = re.fullmatch(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)", expr.strip())
-    if not m:
-        return None
+    names = {s.name: sympy.Symbol(s.name, integer=True, positive=True) for s in specs}
     try:
-        names = {**symbols, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod}
-        left, right = (sympy.sympify(side, locals=names) for side in (m.group(1), m.group(3)))
-        guard = sympy.Rel(left, right, m.group(2))
-        if guard.free_symbols - set(symbols.values()):
+        guard = _relation(expr, {**names, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod})
+        if guard is None or guard.free_symbols - set(names.values()):
             return None
-        return specs, sympy.lambdify([symbols[s.name] for s in specs], guard, modules=["math"])
+        return specs, sympy.lambdify([names[s.name] for s in specs], guard, modules=["math"])
     except Exception:  # noqa: BLE001 - a spelling sympy does not read: no judgement
         return None
+
+
+def _relation(text: str, names: Mapping[str, Any]) -> Any:
+    """`text` as a sympy relation: comparisons joined by `|` (loosest), then `&`, each maybe in parentheses."""
+    for joint, combine in (("|", sympy.Or), ("&", sympy.And)):
+        parts = _split_outside_parentheses(text, joint)
+        if len(parts) > 1:
+            relations = [_relation(part, names) for part in parts]
+            return None if None in relations else combine(*relations)
+    text = text.strip()
+    if text.startswith("(") and _closing(text) == len(text) - 1:
+        return _relation(text[1:-1], names)
+    # split at the comparison: Python's `!=` between sympy expressions compares them as objects, not values
+    m = re.fullmatch(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)", text)
+    if not m:
+        return None
+    left, right = (sympy.sympify(side, locals=names) for side in (m.group(1), m.group(3)))
+    return sympy.Rel(left, right, m.group(2))
+
+
+def _closing(text: str) -> int:
+    """Where the parenthesis that opens `text` closes."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def _split_outside_parentheses(text: str, joint: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == joint and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def _holds_over_ranges(expr: str, ctx: CaptureContext) -> bool | None:
@@ -222,35 +255,50 @@ def _holds_over(expr: str, symbols: tuple[SymbolSpec, ...]) -> bool | None:
     if parsed is None:
         return None
     specs, test = parsed
-    per = GUARD_POINTS_PER_SYMBOL
-    while specs and per > 2 and math.prod(min(per, s.max - s.min + 1) for s in specs) > GUARD_POINTS_MAX:
-        per //= 2
-    axes = [sorted({s.min + (s.max - s.min) * i // (per - 1) for i in range(per)}) if s.max - s.min + 1 > per
-            else range(s.min, s.max + 1) for s in specs]
     try:
-        return all(bool(test(*point)) for point in itertools.product(*axes))
+        return all(bool(test(*point)) for point in itertools.product(*_axes(specs)))
     except Exception:  # noqa: BLE001 - e.g. a division by zero at some size: no judgement
         return None
 
 
+def _axes(specs: list[SymbolSpec], budget: int = GUARD_POINTS_MAX) -> list[Any]:
+    """The sizes of each symbol a guard is evaluated at: all of them up to GUARD_POINTS_PER_SYMBOL, else that
+    many spread evenly over the range (both ends included), fewer for every symbol while the product of the
+    counts is over `budget`."""
+    per = GUARD_POINTS_PER_SYMBOL
+    while specs and per > 2 and math.prod(min(per, s.max - s.min + 1) for s in specs) > budget:
+        per //= 2
+    return [sorted({s.min + (s.max - s.min) * i // (per - 1) for i in range(per)}) if s.max - s.min + 1 > per
+            else range(s.min, s.max + 1) for s in specs]
+
+
 def _range_where_it_holds(expr: str, ctx: CaptureContext, sym: str) -> tuple[int, int] | None:
-    """For a guard on `sym` alone that fails somewhere in its range: the longest run of sizes where it holds."""
+    """For a guard that fails somewhere in the declared ranges: the longest run of `sym`'s sizes over which
+    it holds whatever the other symbols it reads are (within their ranges); None where there is none, or
+    where the guard does not read `sym`."""
     parsed = _guard_test(expr, ctx.symbols)
-    if parsed is None or [s.name for s in parsed[0]] != [sym]:
+    if parsed is None or sym not in [s.name for s in parsed[0]]:
         return None
-    (spec,), test = parsed
+    specs, test = parsed
+    position = [s.name for s in specs].index(sym)
+    spec, others = specs[position], [s for s in specs if s.name != sym]
     if spec.max - spec.min >= GUARD_POINTS_MAX:
         return None
+    rest = list(itertools.product(*_axes(others, max(GUARD_POINTS_MAX // (spec.max - spec.min + 1), 1))))
+
+    def holds(size: int) -> bool:
+        return all(bool(test(*point[:position], size, *point[position:])) for point in rest)
+
     best, start = None, None
     try:
         for size in range(spec.min, spec.max + 2):
-            if size <= spec.max and bool(test(size)):
+            if size <= spec.max and holds(size):
                 start = size if start is None else start
             elif start is not None:
                 if best is None or size - start > best[1] - best[0] + 1:
                     best = (start, size - 1)
                 start = None
-    except Exception:  # noqa: BLE001 - as in _holds_over_ranges
+    except Exception:  # noqa: BLE001 - as in _holds_over
         return None
     return best if best != (spec.min, spec.max) else None
 
@@ -279,12 +327,16 @@ def _range_fix(text: str, ctx: CaptureContext, sym: str) -> str | None:
 
 
 def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
-    """The range fix torch did not suggest, where the guard on `sym` holds over a run of its range."""
-    run = _range_where_it_holds(condition, ctx, sym)
-    if run is None:
-        return None
-    return f"{condition} holds for {sym} in {run[0]}..{run[1]}: if {sym} really is limited to that, declare " \
-           f"--dynamic {sym}={run[0]}..{run[1]}; otherwise {SIZE_HINT}"
+    """The range fix torch did not suggest, where the guard holds over a run of `sym`'s range (whatever the
+    other symbols it reads are), or else of another symbol's that it reads."""
+    parsed = _guard_test(condition, ctx.symbols)
+    names = [s.name for s in parsed[0]] if parsed else [sym]
+    for name in [sym, *(n for n in names if n != sym)]:
+        run = _range_where_it_holds(condition, ctx, name)
+        if run is not None:
+            return f"{condition} holds for {name} in {run[0]}..{run[1]}: if {name} really is limited to that, " \
+                   f"declare --dynamic {name}={run[0]}..{run[1]}; otherwise {SIZE_HINT}"
+    return None
 
 
 def _multiple_fix(text: str, sym: str) -> str | None:

@@ -196,6 +196,14 @@ def test_the_guard_named_is_the_one_the_range_breaks():
     assert "(h//8) != 1, which does not hold" in message and "--dynamic h=16..96" in message
 
 
+def test_a_guard_on_either_of_two_sizes_is_judged_and_narrowed():
+    """torch joins comparisons with `|`: the guard is evaluated over both ranges, and one symbol's range over
+    which it holds whatever the other is (w = 3..8) is suggested."""
+    message = capture_error("either_size.py")
+    assert f"either_size.py:{line_of('either_size.py', '# EITHER')}" in message
+    assert "(3*w - 6 > 0) | (3*h - 6 > 0), which does not hold" in message and "--dynamic w=3..8" in message
+
+
 def test_code_needing_a_multiple_says_so():
     message = capture_error("multiple_of.py")
     assert f"multiple_of.py:{line_of('multiple_of.py', '# MULTIPLE')}" in message
