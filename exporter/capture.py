@@ -3,6 +3,7 @@ can reproduce: tensor outputs only, no state changed in place, and the declared 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ def capture(
     _reject_mutations(program, files)
     symbol_of = _symbol_of(program, spec, symbols)
     _check_ranges(program, symbols, symbol_of)
+    _check_guards(program, spec, symbols)
     return CapturedProgram(
         program=program,
         symbols=symbols,
@@ -240,6 +242,69 @@ def _check_ranges(
                 f"torch.export kept {user} only over {lo}..{hi}, not the declared {s.min}..{s.max}; "
                 f"declare --dynamic {user}={lo}..{hi} if that is the real range"
             )
+
+
+# Points of the declared box at which torch.export's guards are tried: every corner up to this many symbols,
+# else every symbol at both ends alone (the others at their example sizes) and all at each end together.
+GUARD_CORNER_SYMBOLS = 6
+_SIZE_IN_GUARD = re.compile(r"(?:L\['(\w+)'\]|\b(\w+))\.size\(\)\[(\d+)\]")
+
+
+def _check_guards(program: ExportedProgram, spec: ModelSpec, symbols: tuple[SymbolSpec, ...]) -> None:
+    """torch.export can keep a guard on the sizes without reporting it as a constraint on the ranges (HF DPT's
+    `int(sequence_length ** 0.5)` fixed at its example value under `trunc(sqrt(h*w)) == 4`): the graph then
+    holds only where the guard does. The program's own guard function (what ExportedProgram.module() checks
+    its inputs with) is tried on meta tensors at points of the declared ranges, so such a graph is refused
+    here, naming the guard, rather than packaged as if it covered the ranges."""
+    dynamic = [s for s in symbols if not s.is_static]
+    if not dynamic or not spec.example_inputs:
+        return
+    try:
+        guards = getattr(program.module(), "_guards_fn", None)
+    except Exception:  # noqa: BLE001 - a torch without it: nothing to try
+        return
+    if guards is None:
+        return
+    example = dict(zip(spec.input_names, spec.example_inputs))
+    sizes_at = {s.name: next((example[arg].shape[axis] for arg, axes in spec.dynamic_axes.items()
+                              for axis, name in axes.items() if name == s.name and arg in example), s.min)
+                for s in dynamic}
+    for point in _guard_points(dynamic, sizes_at):
+        inputs = []
+        for name, x in example.items():
+            shape = list(x.shape)
+            for axis, sym in spec.dynamic_axes.get(name, {}).items():
+                shape[axis] = point.get(sym, shape[axis])
+            inputs.append(torch.empty(shape, dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x)
+        try:
+            guards(*inputs)
+        except AssertionError as e:
+            guard = _SIZE_IN_GUARD.sub(lambda m: _size_name(m, spec), one_line(str(e)).removeprefix("Guard failed: "))
+            at = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise CaptureError(
+                f"torch.export's graph holds only where {guard}, which fails at {at} in the declared ranges: the "
+                "model computes a size from the dynamic ones in a way torch.export fixes to its value at the example "
+                "inputs (int() of math.sqrt or ** 0.5 of a size does this)\n"
+                "hint: compute such sizes with integer ops on tensor.shape (//, *, +), or declare the sizes "
+                "involved static (--dynamic name=N..N)") from e
+        except Exception:  # noqa: BLE001 - inputs the guard function cannot take (a non-tensor): no judgement
+            return
+
+
+def _guard_points(dynamic: list[SymbolSpec], example: Mapping[str, int]) -> list[dict[str, int]]:
+    if len(dynamic) <= GUARD_CORNER_SYMBOLS:
+        corners = itertools.product(*((s.min, s.max) for s in dynamic))
+        return [dict(zip((s.name for s in dynamic), c)) for c in corners]
+    points = [{s.name: s.min for s in dynamic}, {s.name: s.max for s in dynamic}]
+    for s in dynamic:
+        points += [{**example, s.name: s.min}, {**example, s.name: s.max}]
+    return points
+
+
+def _size_name(m: re.Match, spec: ModelSpec) -> str:
+    """`L['x'].size()[2]` (or `x.size()[2]`) in a guard as the symbol declared for that axis."""
+    arg, axis = m.group(1) or m.group(2), int(m.group(3))
+    return spec.dynamic_axes.get(arg, {}).get(axis, m.group(0))
 
 
 def _as_int(value: Any) -> int | None:

@@ -18,7 +18,16 @@ import torch.utils._pytree as pytree
 from .. import progress
 from ..errors import AotpackError
 from ..exporter.frames import one_line
-from .compare import FLOATING, HALF_DTYPES, Judgement, as_reference, from_runtime, judge, to_numpy
+from .compare import (
+    FLOATING,
+    HALF_DTYPES,
+    Judgement,
+    as_reference,
+    from_runtime,
+    judge,
+    relative_error,
+    to_numpy,
+)
 from .points import Point, example_symbols, inputs_at, range_points
 
 MODES = ("range", "example", "off")
@@ -119,7 +128,8 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
             progress.current().line(_progress_line(point, device, judgements, time.perf_counter() - start))
             failures += [(point, device, j) for j in judgements if not j.passed]
         if failures:
-            raise VerificationError(_failure(failures), dict.fromkeys(device for _, device, _ in failures))
+            captured_fault = _capture_differs(captured, inputs, reference, signature, values=half is None)
+            raise VerificationError(_failure(failures, captured_fault), dict.fromkeys(d for _, d, _ in failures))
     record["passed"] = True
     ran = any("device" in p for p in record["points"])
     all_zero = [info["name"] for info, z in zip(signature["outputs"], zero) if z and ran]
@@ -206,15 +216,45 @@ def _progress_line(point: Point, device: str, judgements: list[Judgement], secon
     return f"verify {device} {point.describe()}: {errors} {verdict} ({seconds:.2f} s)"
 
 
-def _failure(failures: list[tuple[Point, str, Judgement]]) -> str:
+def _failure(failures: list[tuple[Point, str, Judgement]], captured_fault: str | None = None) -> str:
     lines = [f"at {point.describe()} on {device}: {j.explain()}" for point, device, j in failures]
-    if all(j.half_overflows for _, _, j in failures):
+    if captured_fault is not None:
+        cause = (f"torch.export's own graph of the model already differs from the model at "
+                 f"{failures[0][0].describe()} ({captured_fault}): torch.export fixed something the model computes "
+                 "from the sizes to its value at the example inputs (int() of math.sqrt or ** 0.5 of a size does "
+                 "this), so no package can follow the model over these ranges; this is not an aotpack bug.\n"
+                 "hint: compute such sizes with integer ops on tensor.shape (//, *, +), or declare the sizes "
+                 "involved static with --dynamic name=N..N")
+    elif all(j.half_overflows for _, _, j in failures):
         cause = "The model itself overflows in the half type at these points (see above); this is not an aotpack bug."
     else:
         cause = ("This is an aotpack bug: please report it with the model. `--verify=off` writes the package "
                  "anyway, unverified.")
     return ("the exported package does not reproduce the model, so it was not written:\n  "
             + "\n  ".join(lines) + "\n" + cause)
+
+
+# A difference between torch.export's graph and the model far above any rounding: a size fixed at capture.
+CAPTURE_FAULT_TOLERANCE = 1e-2
+
+
+def _capture_differs(captured: Any, inputs: Sequence[torch.Tensor], reference: Sequence[np.ndarray],
+                     signature: dict[str, Any], values: bool) -> str | None:
+    """Where the package failed: whether the graph torch.export captured, run by PyTorch, already differs from
+    the model there (in an output's shape, or with `values` far beyond rounding: not for a half-precision graph,
+    whose own rounding is that large), and how; None where it follows the model. torch.export can specialise a size without reporting a guard (HF DPT's
+    `int(sequence_length ** 0.5)`): every package built from that graph then fails, through no fault of its own."""
+    try:
+        with torch.no_grad():
+            outputs = _tensors(captured.program.module()(*inputs))
+    except Exception as e:  # noqa: BLE001 - the graph refusing these inputs says it differs
+        return f"it fails to run there: {type(e).__name__}: {one_line(str(e), 160)}"
+    for info, out, ref in zip(signature["outputs"], outputs, reference):
+        if tuple(out.shape) != tuple(ref.shape):
+            return f"output {info['name']!r} has shape {tuple(out.shape)} there, the model's {tuple(ref.shape)}"
+        if values and out.is_floating_point() and relative_error(as_reference(out), ref) > CAPTURE_FAULT_TOLERANCE:
+            return f"output {info['name']!r} differs from the model's by far more than rounding"
+    return None
 
 
 def _eager_failed(point: Point, e: Exception) -> str:

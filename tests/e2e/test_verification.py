@@ -80,6 +80,25 @@ def test_a_verification_failure_names_the_devices_that_failed(tmp_path, monkeypa
     assert failed.value.devices == ("cpu",)
 
 
+def test_a_graph_torch_export_fixed_at_the_example_is_blamed_not_aotpack(tmp_path, monkeypatch, runtime_build):
+    """Where the package fails, torch.export's own graph is run there too: if it differs from the model (a size
+    fixed at its example value), the message says so instead of reporting an aotpack bug. The capture's own
+    guard check, which refuses this model first, is taken out to reach verification."""
+    import importlib
+
+    from aotpack.exporter import load_model_file
+    from aotpack.verification import VerificationError
+
+    monkeypatch.setattr(importlib.import_module("aotpack.exporter.capture"), "_check_guards", lambda *a: None)
+    spec = load_model_file(REPO / "tests" / "unit" / "models" / "sqrt_size.py")
+    with pytest.raises(VerificationError) as failed:
+        aotpack.export(spec.model, spec.example_inputs, tmp_path / "s.aotpack", dynamic_shapes=dict(spec.dynamic_axes),
+                       ranges=dict(spec.dynamic_ranges))
+    message = str(failed.value)
+    assert "torch.export's own graph of the model already differs from the model at h=2 w=2" in message
+    assert "this is not an aotpack bug" in message and "is an aotpack bug" not in message
+
+
 def test_a_model_that_overflows_in_fp16_is_blamed_not_aotpack(tmp_path, runtime_build):
     result = cli("export", str(MODELS / "overflow_model.py"), "--dtype", "fp16", "-o", str(tmp_path / "o.aotpack"))
     assert result.returncode == 1

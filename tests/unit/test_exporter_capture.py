@@ -204,6 +204,15 @@ def test_a_guard_on_either_of_two_sizes_is_judged_and_narrowed():
     assert "(3*w - 6 > 0) | (3*h - 6 > 0), which does not hold" in message and "--dynamic w=3..8" in message
 
 
+def test_a_guard_torch_keeps_without_narrowing_the_ranges_is_tried_over_them():
+    """torch.export specialises int(sqrt(h * w)) to 4 under a guard it does not report against the ranges: the
+    graph's own guard, tried at the ranges' corners, refuses it at capture (else every package of it fails
+    verification, or with --verify=off reads the wrong elements)."""
+    message = capture_error("sqrt_size.py")
+    assert "holds only where math.trunc(torch.sym_float(w * h) ** 0.5) == 4, which fails at h=2, w=2" in message
+    assert "hint: compute such sizes with integer ops" in message
+
+
 def test_code_needing_a_multiple_says_so():
     message = capture_error("multiple_of.py")
     assert f"multiple_of.py:{line_of('multiple_of.py', '# MULTIPLE')}" in message
