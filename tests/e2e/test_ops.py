@@ -283,6 +283,32 @@ def test_a_strided_transposed_convolution_multiplies_no_stuffed_zero(conv, k, m)
     assert (int(product.k), int(product.m)) == (k, m)
 
 
+class CrossAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, kv):
+        return self.attention(q, kv, kv)[0]
+
+
+def test_products_of_slices_of_one_weight_each_read_their_own_slice(tmp_path, rt):
+    """nn.MultiheadAttention with a query that is not the key splits in_proj_weight into its q and kv rows, each
+    the b of a product: the CPU's panels are a weight per slice (one per parameter, the kv slice's overwrote
+    the q slice's, found by the session-37 sweep on Mask2Former)."""
+    torch.manual_seed(0)
+    model = CrossAttention().eval()
+    spec = ModelSpec(HERE, model, (torch.randn(2, 3, 8), torch.randn(2, 5, 8)), ("q", "kv"),
+                     {"q": {1: "lq"}, "kv": {1: "lk"}}, {"lq": (1, 6), "lk": (1, 9)})
+    plan = resolve_symbols(spec)
+    result = build_package(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()), tmp_path / "x.aotpack")
+    q, kv = torch.randn(2, 6, 8), torch.randn(2, 1, 8)
+    out = rt.Model(result.path).session().run([to_numpy(q), to_numpy(kv)])[0]
+    with torch.no_grad():
+        expected = to_numpy(model(q, kv))
+    assert relative_error(out, expected) <= TOLERANCE["float32"], mismatch_report("output", out, expected)
+
+
 def test_unsupported_ops_are_all_listed_with_their_lines(tmp_path):
     class Model(nn.Module):
         def forward(self, x):

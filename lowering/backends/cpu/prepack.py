@@ -52,11 +52,15 @@ def prepack_weights(program: Program) -> Program:
     steps = list(program.steps)
     weights = dict(program.weights)
     inserted: dict[str, list[Buffer]] = {}  # buffer -> the panels listed right after it
+    slices: dict[str, int] = {}  # source weight -> products packed from it so far
     for number, t in enumerate(packed):
         step = steps[t]
         source = program.buffers[step.b.buffer].source
         k, n = int(step.k), int(step.n)
-        name = f"{source}.panels{PANEL}"
+        # Products can read different slices of one weight (nn.MultiheadAttention's in_proj_weight split into
+        # q and kv when the query is not the key): each slice's panels are a weight of their own.
+        slices[source] = slices.get(source, 0) + 1
+        name = f"{source}.panels{PANEL}" + (f".{slices[source] - 1}" if slices[source] > 1 else "")
         weights[name] = pack_panels(program.weights[source], step.b, k, n)
         buffer = Buffer(f"{step.b.buffer}.panels{number}", "float32", tuple(sympy.Integer(d) for d in weights[name].shape),
                         "weight", name)
