@@ -172,8 +172,10 @@ def _specialisation_error(text: str, ctx: CaptureContext, locate: Any) -> tuple[
         condition = expr or _sources_to_symbols(m.group(2), ctx)
         # torch's guard can hold at every size of the range (wav2vec2's `(samples // 20 - 1)**2 > 1` over
         # 400..8000, where what it needs is a multiple of 20): then say it could not be proven, not that it fails
-        verdict = ("which torch.export cannot prove for every size in the range"
-                   if _holds_over_ranges(condition, ctx) else "which does not hold over the whole range")
+        holds = _holds_over_ranges(condition, ctx)
+        verdict = {True: "which torch.export cannot prove for every size in the range",
+                   False: "which does not hold over the whole range",
+                   None: "which torch.export could not prove over the range"}[holds]
         hint = _range_fix(text, ctx, sym) or _multiple_fix(text, sym) or _narrowed(condition, ctx, sym) or SIZE_HINT
         return (
             f"cannot keep {sym} dynamic{_range(ctx, sym)}: {_at(frame)} assumes {condition}, {verdict}\n"
@@ -188,6 +190,12 @@ GUARD_POINTS_PER_SYMBOL = 257
 GUARD_POINTS_MAX = 20000
 
 
+# The functions torch prints in guards, as sympy evaluates them on integers: PythonMod is Python's % (the sign of
+# the divisor, as sympy.Mod), FloorDiv Python's //.
+_FUNCTIONS = {"Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod, "PythonMod": sympy.Mod,
+              "FloorDiv": lambda a, b: sympy.floor(a / b)}
+
+
 # Cached: a failed capture judges each guard draft_export found once per symbol torch names, and again for the
 # condition it quotes; the symbols are the declared ranges (frozen), so a guard's verdict is the same each time.
 @functools.lru_cache(maxsize=256)
@@ -198,7 +206,7 @@ def _guard_test(expr: str, symbols: tuple[SymbolSpec, ...]) -> tuple[list[Symbol
     specs = [s for s in symbols if re.search(rf"\b{re.escape(s.name)}\b", expr)]
     names = {s.name: sympy.Symbol(s.name, integer=True, positive=True) for s in specs}
     try:
-        guard = _relation(expr, {**names, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod})
+        guard = _relation(expr, {**names, **_FUNCTIONS})
         if guard is None or guard.free_symbols - set(names.values()):
             return None
         return specs, sympy.lambdify([names[s.name] for s in specs], guard, modules=["math"])

@@ -213,6 +213,18 @@ def test_a_guard_torch_keeps_without_narrowing_the_ranges_is_tried_over_them():
     assert "hint: compute such sizes with integer ops" in message
 
 
+def test_guards_in_python_modulo_and_floor_division_are_judged():
+    """torch prints padding to a multiple (`-w % 4`) as PythonMod and // as FloorDiv: read as Python computes
+    them, a guard that holds everywhere is not called failing."""
+    from aotpack.exporter.diagnose import _holds_over
+    from aotpack.exporter.dynamic import SymbolSpec
+
+    w = (SymbolSpec("w", 3, 40),)
+    assert _holds_over("Mod(w + (PythonMod(-w, 4)), 4) == 0", w) is True
+    assert _holds_over("FloorDiv(w + PythonMod(-w, 4), 2) != 1", w) is True
+    assert _holds_over("w + (PythonMod(-w, 4)) == 20", w) is False
+
+
 def test_code_needing_a_multiple_says_so():
     message = capture_error("multiple_of.py")
     assert f"multiple_of.py:{line_of('multiple_of.py', '# MULTIPLE')}" in message
