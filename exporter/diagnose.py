@@ -215,8 +215,9 @@ def _guard_test(expr: str, symbols: tuple[SymbolSpec, ...]) -> tuple[list[Symbol
 
 
 def _relation(text: str, names: Mapping[str, Any]) -> Any:
-    """`text` as a sympy relation: comparisons joined by `|` (loosest), then `&`, each maybe in parentheses."""
-    for joint, combine in (("|", sympy.Or), ("&", sympy.And)):
+    """`text` as a sympy relation: comparisons joined by `or` or `|` (loosest), then `and` or `&`, each maybe
+    in parentheses."""
+    for joint, combine in ((" or ", sympy.Or), ("|", sympy.Or), (" and ", sympy.And), ("&", sympy.And)):
         parts = _split_outside_parentheses(text, joint)
         if len(parts) > 1:
             relations = [_relation(part, names) for part in parts]
@@ -246,9 +247,9 @@ def _split_outside_parentheses(text: str, joint: str) -> list[str]:
     parts, depth, start = [], 0, 0
     for i, char in enumerate(text):
         depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == joint and depth == 0:
+        if depth == 0 and i >= start and text.startswith(joint, i):
             parts.append(text[start:i])
-            start = i + 1
+            start = i + len(joint)
     return [*parts, text[start:]]
 
 

@@ -213,9 +213,9 @@ def test_a_guard_torch_keeps_without_narrowing_the_ranges_is_tried_over_them():
     assert "hint: compute such sizes with integer ops" in message
 
 
-def test_guards_in_python_modulo_and_floor_division_are_judged():
-    """torch prints padding to a multiple (`-w % 4`) as PythonMod and // as FloorDiv: read as Python computes
-    them, a guard that holds everywhere is not called failing."""
+def test_guards_in_python_modulo_floor_division_and_or_are_judged():
+    """torch prints padding to a multiple (`-w % 4`) as PythonMod, // as FloorDiv, and joins conditions with
+    `and` and `or`: read as Python computes them, a guard that holds everywhere is not called failing."""
     from aotpack.exporter.diagnose import _holds_over
     from aotpack.exporter.dynamic import SymbolSpec
 
@@ -223,6 +223,9 @@ def test_guards_in_python_modulo_and_floor_division_are_judged():
     assert _holds_over("Mod(w + (PythonMod(-w, 4)), 4) == 0", w) is True
     assert _holds_over("FloorDiv(w + PythonMod(-w, 4), 2) != 1", w) is True
     assert _holds_over("w + (PythonMod(-w, 4)) == 20", w) is False
+    # kthvalue with k = t // 4: torch joins its two range checks with `and`
+    assert _holds_over("(w // 4) >= 1 and (w // 4) <= w", (SymbolSpec("w", 4, 64),)) is True
+    assert _holds_over("(w // 4) >= 2 or w < 5", (SymbolSpec("w", 4, 64),)) is False
 
 
 def test_code_needing_a_multiple_says_so():
