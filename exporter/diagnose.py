@@ -382,8 +382,12 @@ def _explain_data_dependent(exc: BaseException, ctx: CaptureContext) -> CaptureE
         what = "turns a tensor value into a Python number (.item() / int() / float())"
     else:
         what = "branches on the values in a tensor (data-dependent control flow)"
+    # The branch can be inside a library the model calls (transformers' EnCodec pads by values in a buffer):
+    # say where, beside the user's line that led there.
+    inside = library_location(exc, ctx.files)
     return CaptureError(
-        f"cannot capture {_at(frame)}: it {what}, but one graph must serve every input\nhint: {DATA_HINT}"
+        f"cannot capture {_at(frame)}: it {what}, but one graph must serve every input"
+        + (f"\n  at {inside}" if inside else "") + f"\nhint: {DATA_HINT}"
     )
 
 

@@ -81,9 +81,10 @@ def innermost_user_frame(exc: BaseException, files: UserFiles) -> UserFrame | No
     return None
 
 
-def library_location(exc: BaseException) -> str | None:
+def library_location(exc: BaseException, files: UserFiles | None = None) -> str | None:
     """`transformers/models/gpt2/modeling_gpt2.py:685 (code)`: the deepest frame outside torch and aotpack, for
-    an error raised inside a library the model is built with (no frame of the user's own files to show)."""
+    an error raised inside a library the model is built with; None where there is none, or where that frame
+    is in the user's own `files` (their line is shown already)."""
     found = None
     for summary in traceback.extract_tb(exc.__traceback__):
         path = Path(summary.filename)
@@ -93,7 +94,7 @@ def library_location(exc: BaseException) -> str | None:
         if path.is_relative_to(_TORCH_DIR) or ours:
             continue
         found = summary
-    if found is None:
+    if found is None or (files is not None and found.filename in files):
         return None
     code = (found.line or "").strip()
     shown = short_path(found.filename)

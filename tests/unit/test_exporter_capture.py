@@ -262,6 +262,29 @@ def test_error_inside_an_installed_library_names_the_library_line(tmp_path):
     assert "raised at fancylib/__init__.py:6 (return x.last_hidden_state)" in message
 
 
+def test_a_data_dependent_branch_inside_a_library_names_both_lines(tmp_path):
+    """transformers' EnCodec pads by values it reads from a buffer: the message names the user's line that led
+    there and the library's line with the branch."""
+    library = tmp_path / "site-packages" / "branchylib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(
+        "import torch\n\n\nclass Branchy(torch.nn.Module):\n    def forward(self, x):\n"
+        "        if x.sum() > 0:\n            return x\n        return -x\n"
+    )
+    model_file = tmp_path / "model.py"
+    model_file.write_text(
+        "import sys\nimport torch\nsys.path.insert(0, {!r})\nfrom branchylib import Branchy\n\n\n"
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.inner = Branchy()\n\n    def forward(self, x):\n        return self.inner(x) * 2  # CALL\n\n\n"
+        "model = Model()\nexample_inputs = (torch.randn(2, 3),)\n".format(str(tmp_path / "site-packages"))
+    )
+    with pytest.raises(CaptureError) as info:
+        capture(load_model_file(model_file))
+    message = str(info.value)
+    assert "model.py:13 (return self.inner(x) * 2  # CALL): it branches on the values in a tensor" in message
+    assert "\n  at branchylib/__init__.py:6 (if x.sum() > 0:)" in message
+
+
 def test_unsupported_python_shows_reason_and_line():
     message = capture_error("unsupported.py")
     assert f"unsupported.py:{line_of('unsupported.py', '# NUMPY')}" in message
