@@ -364,6 +364,28 @@ def test_sorting_a_long_dim_is_refused_at_export(tmp_path):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "sort.aotpack")
 
 
+def test_searching_a_sequence_longer_than_int32_is_refused_at_export(tmp_path):
+    """The binary search packs (start, end) in 32 bits each: a declared length past that is refused."""
+    spec = ModelSpec(HERE, Fn2(lambda s, v: torch.searchsorted(s, v)).eval(), (torch.randn(8).sort().values,
+                     torch.randn(3)), ("x", "y"), {"x": {0: "n"}}, {"n": (2, 2**31 + 5)})
+    plan = resolve_symbols(spec)
+    with pytest.raises(UnsupportedError, match=r"searchsorted at .*a sequence of up to 2147483653 elements"):
+        build_package(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()), tmp_path / "s.aotpack")
+
+
+def test_a_sorter_index_outside_the_sequence_is_reported_at_run_time(tmp_path, rt):
+    spec = ModelSpec(HERE, Fn3(lambda s, v, order: torch.searchsorted(s, v, sorter=order)).eval(),
+                     (torch.randn(6), torch.randn(4), torch.randperm(6)), ("x", "y", "z"), {}, {})
+    result = build_package(capture(spec, (), None, decompositions()), tmp_path / "sorter.aotpack")
+    session = rt.Model(result.path).session()
+    s, v = torch.randn(6), torch.randn(4)
+    order = torch.argsort(s)
+    (out,) = session.run([to_numpy(s), to_numpy(v), to_numpy(order)])
+    assert (out == to_numpy(torch.searchsorted(s, v, sorter=order))).all()
+    with pytest.raises(rt.AotpackError, match="searchsorted at .*: a sorter index is outside the sequence"):
+        session.run([to_numpy(s), to_numpy(v), to_numpy(order.where(order != order[3], 9))])
+
+
 @pytest.mark.parametrize("pool, what", [(lambda x: F.max_pool2d(x, 9, 1, 4, return_indices=True),
                                          "max pooling windows above 64 elements"),
                                         (lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True),

@@ -103,10 +103,11 @@ def _addmm(ctx: GraphLowering, node: torch.fx.Node, bias: TensorValue, a: Tensor
     return elementwise(ctx, node, [product, bias], fn, compute=accumulate)
 
 
-def _per_dim(value: Any, rank: int) -> tuple[int, ...]:
-    """A convolution argument given once or once per spatial dim (stride, padding, ...), once per spatial dim."""
+def per_dim(value: Any, rank: int) -> tuple[int, ...]:
+    """A convolution or pooling argument given once or once per spatial dim (stride, padding, ...), once per
+    spatial dim; an empty list (ATen's default for a padding) is 0 for each."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    return tuple(int(v) for v in (values * rank if len(values) == 1 else values))
+    return tuple(int(v) for v in (values * rank if len(values) == 1 else values or [0] * rank))
 
 
 def _lifted(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
@@ -131,11 +132,11 @@ def _convolution(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, weight
         raise UnsupportedError("a convolution weight must have a fixed shape")
     out_shape, out_dtype = ctx.shape_of(node), ctx.dtype_of(node)
     product_dtype = x.dtype if x.dtype == weight.dtype else out_dtype
-    strides, dilations = _per_dim(stride, spatial), _per_dim(dilation, spatial)
+    strides, dilations = per_dim(stride, spatial), per_dim(dilation, spatial)
     if transposed and all(d == 1 for d in dilations) and any(s > 1 for s in strides):
-        result = _subpixel(ctx, x, weight, strides, _per_dim(padding, spatial), int(groups), out_shape, product_dtype)
+        result = _subpixel(ctx, x, weight, strides, per_dim(padding, spatial), int(groups), out_shape, product_dtype)
     else:
-        pads = _per_dim(padding, spatial)
+        pads = per_dim(padding, spatial)
         if transposed:
             x, weight = _transposed_as_direct(x, weight, stride, padding, dilation, output_padding, int(groups))
             strides, pads = (1,) * spatial, (0,) * spatial
@@ -273,10 +274,10 @@ def _transposed_as_direct(x: TensorValue, weight: TensorValue, stride: Any, padd
     times the work of the transposed form); in exchange it runs on the implicit-GEMM convolution as it is."""
     spatial = x.rank - 2
     dims = range(2, x.rank)
-    strides, dilations = _per_dim(stride, spatial), _per_dim(dilation, spatial)
-    extra = _per_dim(output_padding, spatial)
+    strides, dilations = per_dim(stride, spatial), per_dim(dilation, spatial)
+    extra = per_dim(output_padding, spatial)
     kernel = [int(weight.shape[d]) for d in dims]
-    before = [dl * (k - 1) - p for dl, k, p in zip(dilations, kernel, _per_dim(padding, spatial))]
+    before = [dl * (k - 1) - p for dl, k, p in zip(dilations, kernel, per_dim(padding, spatial))]
     sizes = [(x.shape[d] - 1) * s + 1 + 2 * b + e for d, s, b, e in zip(dims, strides, before, extra)]
 
     def stuffed(idx: tuple) -> Any:

@@ -26,6 +26,7 @@ from ...ir.symbolic import upper_bound
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, permute, reshape
+from .linalg import per_dim
 from .reduce import _mean
 from .scatter import scatter
 
@@ -35,17 +36,6 @@ aten = OptionalOps(torch.ops.aten)
 MAX_WINDOW = 64
 
 Ints = tuple[int, ...]
-
-
-def _pair(v: Any) -> tuple[int, int]:
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return (int(v[0]), int(v[-1])) if v else (0, 0)
-
-
-def _triple(v: Any) -> tuple[int, int, int]:
-    """A 3-d pooling argument given once or once per dim (depth, height, width)."""
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return (int(v[0]), int(v[-2]), int(v[-1])) if len(v) == 3 else (int(v[0]),) * 3
 
 
 def _all_of(tests: list[Node]) -> Node:
@@ -152,9 +142,9 @@ def _max_pool(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: Ints
 @lowers(aten.max_pool2d_with_indices.default)
 def _max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_size: Any, stride: Any = None,
                 padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> tuple:
-    kernel = _pair(kernel_size)
-    return _max_pool(ctx, x, ctx.shape_of(node), kernel, _pair(stride) if stride else kernel, _pair(padding),
-                     _pair(dilation), ceil_mode, "max pooling")
+    kernel = per_dim(kernel_size, 2)
+    return _max_pool(ctx, x, ctx.shape_of(node), kernel, per_dim(stride, 2) if stride else kernel, per_dim(padding, 2),
+                     per_dim(dilation, 2), ceil_mode, "max pooling")
 
 
 def _depth_last(x: TensorValue) -> TensorValue:
@@ -189,8 +179,8 @@ def _max_pool3d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     maximum, and NaN still propagates). Where the indices are read (max_unpool3d), the whole window is unrolled
     at once instead, as 2-d windows are, so that the flat d * H * W + h * W + w of eager's first maximum is
     picked among all kd * kh * kw elements; above 64 elements they are refused where read, naming the line."""
-    kernel, pad, dil = _triple(kernel_size), _triple(padding), _triple(dilation)
-    step = _triple(stride) if stride else kernel
+    kernel, pad, dil = per_dim(kernel_size, 3), per_dim(padding, 3), per_dim(dilation, 3)
+    step = per_dim(stride, 3) if stride else kernel
     out_shape = ctx.shape_of(node)
     what = "3-d max pooling"
     if _reads_indices(node) and math.prod(kernel) <= MAX_WINDOW:
@@ -293,9 +283,9 @@ def _avg_divisor(idx: tuple, sizes: tuple, kernel: Ints, stride: Ints, padding: 
 def _avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_size: Any, stride: Any = None,
                 padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                 divisor_override: Any = None) -> TensorValue:
-    kernel = _pair(kernel_size)
-    step = _pair(stride) if stride else kernel
-    pad = _pair(padding)
+    kernel = per_dim(kernel_size, 2)
+    step = per_dim(stride, 2) if stride else kernel
+    pad = per_dim(padding, 2)
     sizes = x.shape[-2:]
     sums = _window_sums(ctx, x, ctx.shape_of(node), kernel, step, pad, ceil_mode)
 
@@ -313,8 +303,8 @@ def _avg_pool3d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, kernel_
     """The sum over each (h, w) window of every depth plane (in float32 for half inputs), the sum of kd of
     those, divided once by the box's count: the product of the per-dim counts, which is what ATen computes.
     Windows up to 64 elements per pass: X3D's (16, 7, 7) head pooling is 49 and 16."""
-    kernel, pad = _triple(kernel_size), _triple(padding)
-    step = _triple(stride) if stride else kernel
+    kernel, pad = per_dim(kernel_size, 3), per_dim(padding, 3)
+    step = per_dim(stride, 3) if stride else kernel
     out_shape = ctx.shape_of(node)
     sizes = x.shape[-3:]
     planes = _window_sums(ctx, x, _planes_shape(x, out_shape), kernel[1:], step[1:], pad[1:], ceil_mode)
@@ -389,7 +379,7 @@ def _adaptive_sums(ctx: GraphLowering, x: TensorValue, out_shape: tuple, out: In
 
 @lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> TensorValue:
-    out = _pair(output_size)
+    out = per_dim(output_size, 2)
     if out == (1, 1):
         return _mean(ctx, node, x, [-2, -1], True)
     sizes = x.shape[-2:]
@@ -406,7 +396,7 @@ def _adaptive_avg_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue
 def _adaptive_avg_pool3d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> TensorValue:
     """Separable like average pooling: each depth plane's sums over its (h, w) windows, then the sums of those
     over each depth window, divided by the box's count (the product of the per-dim counts)."""
-    out = _triple(output_size)
+    out = per_dim(output_size, 3)
     if out == (1, 1, 1):
         return _mean(ctx, node, x, [-3, -2, -1], True)
     out_shape = ctx.shape_of(node)
@@ -439,12 +429,12 @@ def _adaptive_max(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, out: 
 
 @lowers(aten.adaptive_max_pool2d.default)
 def _adaptive_max_pool2d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> tuple:
-    return _adaptive_max(ctx, node, x, _pair(output_size), "adaptive max pooling")
+    return _adaptive_max(ctx, node, x, per_dim(output_size, 2), "adaptive max pooling")
 
 
 @lowers(aten.adaptive_max_pool3d.default)
 def _adaptive_max_pool3d(ctx: GraphLowering, node: torch.fx.Node, x: TensorValue, output_size: Any) -> tuple:
-    return _adaptive_max(ctx, node, x, _triple(output_size), "3-d adaptive max pooling")
+    return _adaptive_max(ctx, node, x, per_dim(output_size, 3), "3-d adaptive max pooling")
 
 
 @lowers(aten.max_pool2d_with_indices_backward.default)

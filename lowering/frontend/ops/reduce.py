@@ -144,7 +144,6 @@ def cumulative(ctx: GraphLowering, x: TensorValue, dim: int, op: str, out: str) 
     return ctx.reduce(TensorValue(out, tuple(full), masked), [x.rank], op, out)
 
 
-
 def _prefix(x: TensorValue, dim: int) -> tuple[tuple, Callable[[tuple], tuple[Any, tuple]]]:
     """The domain of a running fold along dim (x's shape and a last axis k over the dim) and, for an index of
     it, k clamped to the position j being computed, with x's index there. An idempotent fold (max, min) over
