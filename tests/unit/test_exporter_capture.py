@@ -243,21 +243,24 @@ def test_user_exception_in_forward():
     assert "RuntimeError" in message and "shape '[-1, 7]' is invalid for input of size 30" in message
 
 
-def test_error_inside_an_installed_library_names_the_library_line(tmp_path):
-    library = tmp_path / "site-packages" / "fancylib"
-    library.mkdir(parents=True)
-    (library / "__init__.py").write_text(
-        "import torch\n\n\nclass Fancy(torch.nn.Module):\n    def forward(self, x):\n"
-        "        return x.last_hidden_state\n"
-    )
+def capture_error_through_library(tmp_path: Path, library: str, library_source: str, model_source: str) -> str:
+    """The capture error of a model file that imports `library` from a site-packages of its own."""
+    site = tmp_path / "site-packages"
+    (site / library).mkdir(parents=True)
+    (site / library / "__init__.py").write_text(library_source)
     model_file = tmp_path / "model.py"
-    model_file.write_text(
-        "import sys\nimport torch\nsys.path.insert(0, %r)\nfrom fancylib import Fancy\n\nmodel = Fancy()\n"
-        "example_inputs = (torch.randn(2, 3),)\n" % str(tmp_path / "site-packages")
-    )
+    model_file.write_text(f"import sys\nimport torch\nsys.path.insert(0, {str(site)!r})\n" + model_source)
     with pytest.raises(CaptureError) as info:
         capture(load_model_file(model_file))
-    message = str(info.value)
+    return str(info.value)
+
+
+def test_error_inside_an_installed_library_names_the_library_line(tmp_path):
+    message = capture_error_through_library(
+        tmp_path, "fancylib",
+        "import torch\n\n\nclass Fancy(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x.last_hidden_state\n",
+        "from fancylib import Fancy\n\nmodel = Fancy()\nexample_inputs = (torch.randn(2, 3),)\n")
     assert "forward() raised AttributeError" in message
     assert "raised at fancylib/__init__.py:6 (return x.last_hidden_state)" in message
 
@@ -265,22 +268,13 @@ def test_error_inside_an_installed_library_names_the_library_line(tmp_path):
 def test_a_data_dependent_branch_inside_a_library_names_both_lines(tmp_path):
     """transformers' EnCodec pads by values it reads from a buffer: the message names the user's line that led
     there and the library's line with the branch."""
-    library = tmp_path / "site-packages" / "branchylib"
-    library.mkdir(parents=True)
-    (library / "__init__.py").write_text(
+    message = capture_error_through_library(
+        tmp_path, "branchylib",
         "import torch\n\n\nclass Branchy(torch.nn.Module):\n    def forward(self, x):\n"
-        "        if x.sum() > 0:\n            return x\n        return -x\n"
-    )
-    model_file = tmp_path / "model.py"
-    model_file.write_text(
-        "import sys\nimport torch\nsys.path.insert(0, {!r})\nfrom branchylib import Branchy\n\n\n"
-        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        self.inner = Branchy()\n\n    def forward(self, x):\n        return self.inner(x) * 2  # CALL\n\n\n"
-        "model = Model()\nexample_inputs = (torch.randn(2, 3),)\n".format(str(tmp_path / "site-packages"))
-    )
-    with pytest.raises(CaptureError) as info:
-        capture(load_model_file(model_file))
-    message = str(info.value)
+        "        if x.sum() > 0:\n            return x\n        return -x\n",
+        "from branchylib import Branchy\n\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.inner = Branchy()\n\n    def forward(self, x):\n"
+        "        return self.inner(x) * 2  # CALL\n\n\nmodel = Model()\nexample_inputs = (torch.randn(2, 3),)\n")
     assert "model.py:13 (return self.inner(x) * 2  # CALL): it branches on the values in a tensor" in message
     assert "\n  at branchylib/__init__.py:6 (if x.sum() > 0:)" in message
 
