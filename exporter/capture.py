@@ -17,7 +17,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
 from .diagnose import CaptureContext, explain
-from .dynamic import SymbolSpec, capture_examples
+from .dynamic import SymbolSpec, capture_examples, inner_value
 from .frames import UserFiles, one_line, short_path
 from .min_max import simplified_min_max
 from .model_file import ModelSpec
@@ -245,7 +245,9 @@ def _check_ranges(
 
 
 # Points of the declared box at which torch.export's guards are tried: every corner up to this many symbols,
-# else every symbol at both ends alone (the others at their example sizes) and all at each end together.
+# else every symbol at both ends alone (the others at their example sizes) and all at each end together; and
+# the point inside the ranges that verification runs at, so a guard such as `h % 4 == 0` that holds at every
+# corner is refused here with its text rather than at verification.
 GUARD_CORNER_SYMBOLS = 6
 _SIZE_IN_GUARD = re.compile(r"(?:L\['(\w+)'\]|\b(\w+))\.size\(\)\[(\d+)\]")
 
@@ -292,13 +294,14 @@ def _check_guards(program: ExportedProgram, spec: ModelSpec, symbols: tuple[Symb
 
 
 def _guard_points(dynamic: list[SymbolSpec], example: Mapping[str, int]) -> list[dict[str, int]]:
+    inner = {s.name: inner_value(s.min, s.max) for s in dynamic}
     if len(dynamic) <= GUARD_CORNER_SYMBOLS:
         corners = itertools.product(*((s.min, s.max) for s in dynamic))
-        return [dict(zip((s.name for s in dynamic), c)) for c in corners]
+        return [dict(zip((s.name for s in dynamic), c)) for c in corners] + [inner]
     points = [{s.name: s.min for s in dynamic}, {s.name: s.max for s in dynamic}]
     for s in dynamic:
         points += [{**example, s.name: s.min}, {**example, s.name: s.max}]
-    return points
+    return [*points, inner]
 
 
 def _size_name(m: re.Match, spec: ModelSpec) -> str:

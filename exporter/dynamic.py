@@ -23,6 +23,11 @@ _SPEC = re.compile(r"^\s*(?P<name>[^=\s]+)\s*=\s*(?P<min>-?\d+)\s*\.\.\s*(?P<max
 _FORM = "expected NAME=MIN..MAX, e.g. --dynamic seq=1..2048"
 
 
+def inner_value(lo: int, hi: int) -> int:
+    """A size strictly inside lo..hi, away from the powers of two that block sizes divide evenly."""
+    return lo + (hi - lo) * 3 // 7 + 1 if hi - lo >= 2 else hi
+
+
 @dataclass(frozen=True)
 class SymbolSpec:
     name: str

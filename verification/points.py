@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..exporter.dynamic import inner_value
 from ..packages.program import evaluate_size
 
 
@@ -25,11 +26,6 @@ class Point:
     def describe(self) -> str:
         values = " ".join(f"{k}={v}" for k, v in self.symbols.items()) or "static shapes"
         return f"{values} ({self.label})"
-
-
-def inner_value(lo: int, hi: int) -> int:
-    """A size strictly inside lo..hi, away from the powers of two that block sizes divide evenly."""
-    return lo + (hi - lo) * 3 // 7 + 1 if hi - lo >= 2 else hi
 
 
 def range_points(symbols: Sequence[Mapping[str, Any]], example: Mapping[str, int]) -> list[Point]:

@@ -213,6 +213,11 @@ def test_a_guard_torch_keeps_without_narrowing_the_ranges_is_tried_over_them():
     assert "hint: compute such sizes with integer ops" in message
 
 
+def test_a_guard_that_holds_at_every_corner_is_also_tried_inside_the_ranges():
+    message = capture_error("remainder_size.py")
+    assert "holds only where math.trunc(torch.sym_float(w * h % 8) ** 0.5) == 2, which fails at h=4, w=4" in message
+
+
 def test_guards_in_python_modulo_floor_division_and_or_are_judged():
     """torch prints padding to a multiple (`-w % 4`) as PythonMod, // as FloorDiv, and joins conditions with
     `and` and `or`: read as Python computes them, a guard that holds everywhere is not called failing."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from aotpack.exporter.dynamic import inner_value
 from aotpack.packages.program import evaluate_size
 from aotpack.verification import Point, allowed_error, inputs_at, judge, range_points
-from aotpack.verification.points import inner_value
 from aotpack.verification.report import verification_table
 
 
