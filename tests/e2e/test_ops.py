@@ -20,6 +20,7 @@ from aotpack.lowering.frontend.graph import GraphLowering
 from aotpack.lowering.ir.kernels import MatmulKernel
 from aotpack.verification import TOLERANCE, mismatch_report, relative_error, to_numpy
 from exported import check_against_eager, export, make_inputs, range_points
+from op_models.embedding_bags import bags_at
 from op_models.large_windows import pooled
 from op_models.size_arithmetic import sized
 from torch import nn
@@ -267,6 +268,20 @@ def test_op_model_file_matches_eager_over_its_ranges(model_file, tmp_path, rt):
     session = rt.Model(exported.result.path).session(num_threads=2)
     for seed, point in enumerate(range_points(exported.signature["symbols"])):
         check_against_eager(exported, session, make_inputs(exported, point, seed))
+
+
+def test_embedding_bags_match_eager_over_their_ranges(tmp_path, rt):
+    """Offsets must be sorted from 0, which verification's inputs (the examples' values tiled) are not at most
+    points: the bags are checked here on valid draws at the ranges' ends and inside, empty bags among them."""
+    exported = export(HERE.parent / "op_models" / "embedding_bags.py", tmp_path)
+    session = rt.Model(exported.result.path).session(num_threads=2)
+    for seed, (n, b, rows) in enumerate([(1, 1, 1), (64, 16, 8), (29, 7, 3), (5, 16, 2)]):
+        inputs = bags_at(n, b, rows, seed)
+        with torch.no_grad():
+            expected = exported.model(*inputs)
+        outputs = session.run([to_numpy(x) for x in inputs])
+        for k, (out, ref) in enumerate(zip(outputs, expected)):
+            assert out.shape == tuple(ref.shape) and relative_error(out, to_numpy(ref)) <= 1e-6, (n, b, rows, k)
 
 
 @pytest.mark.parametrize("conv, k, m", [(nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1), 4 * 2 * 2, 4 * 6),

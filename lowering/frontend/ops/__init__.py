@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (registration)
     attention,
     distance,
+    embedding_bag,
     grid_sample,
     index,
     linalg,
@@ -12,5 +13,6 @@ from . import (  # noqa: F401  (registration)
     reduce,
     scatter,
     sort,
+    special,
     views,
 )

@@ -27,7 +27,7 @@ from .. import values as V
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
 from ..values import TensorValue, slice_
-from .index import indirect_load
+from .index import addressable, indirect_load
 from .pointwise import promoted_dtype, scalar_node
 from .scatter import scatter
 
@@ -213,6 +213,9 @@ def _search(ctx: GraphLowering, sequence: TensorValue, values: Any, out_int32: b
     end to mid. So a NaN value lands past the end, and a sequence that is not sorted (verification's random
     inputs) gives what eager gives. It runs every probe a sequence of the declared maximum length needs."""
     compute = promoted_dtype([sequence, values])
+    # probes read them at positions from data: a sequence computed from its own positions (an arange) is stored
+    sequence = addressable(ctx, sequence)
+    sorter = None if sorter is None else addressable(ctx, sorter)
     if not isinstance(values, TensorValue):  # searchsorted.Scalar, bucketize.Scalar: a 0-d result
         values = TensorValue(compute, (), lambda idx, number=values: scalar_node(number, compute))
     ranges = {s.expr: (s.min, s.max) for s in ctx.symbols}
@@ -269,6 +272,15 @@ def _search(ctx: GraphLowering, sequence: TensorValue, values: Any, out_int32: b
         state = ctx.realize(TensorValue("int64", values.shape, advanced))
     out = "int32" if out_int32 else "int64"
     return TensorValue(out, values.shape, lambda idx: cast(i64("rshift", state.loader(idx), Const(_HALF, "int64")), out))
+
+
+def bag_positions(ctx: GraphLowering, offsets: TensorValue, count: sympy.Expr) -> TensorValue:
+    """For each position i < count, the last b with offsets[b] <= i (offsets sorted, as bags' starts are):
+    -1 before the first offset. Stored, since it is read as a position."""
+    positions = TensorValue("int64", (count,), lambda idx: IndexValue(idx[0], "int64"))
+    found = _search(ctx, offsets, positions, out_int32=False, right=True, sorter=None)
+    return ctx.realize(TensorValue("int64", (count,), lambda idx: Op("sub", (found.loader(idx), Const(1, "int64")),
+                                                                        "int64")))
 
 
 @lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
