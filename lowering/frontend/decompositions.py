@@ -44,7 +44,44 @@ def decompositions() -> dict[Any, Any]:
     for op in (aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec):
         if op in table:
             table[op] = _floats_only(table[op])
+    table[aten._trilinear.default] = _trilinear
+    table[aten.addbmm.default] = _addbmm
     return table
+
+
+# Torch has no decomposition of these two (AOTInductor calls ATen's kernels); both are matrix products in
+# disguise, written here as the products the lowering already makes matmul kernels of.
+
+
+def _trilinear(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, expand1: list[int], expand2: list[int],
+               expand3: list[int], sumdim: list[int], unroll_dim: int = 1) -> torch.Tensor:
+    """nn.Bilinear's op: the three inputs, each unsqueezed at its `expand` dims, multiplied and summed over
+    `sumdim`, as one einsum (torch contracts it pairwise through bmm)."""
+    rank = i1.dim() + len(expand1)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:rank]
+    terms = ["".join(letters[d] for d in range(rank) if d not in expand) for expand in (expand1, expand2, expand3)]
+    nowhere = [d for d in range(rank) if all(d in e for e in (expand1, expand2, expand3))]  # of size 1
+    kept = [d for d in range(rank) if d not in sumdim and d not in nowhere]
+    out = torch.einsum(f"{','.join(terms)}->{''.join(letters[d] for d in kept)}", i1, i2, i3)
+    for d in nowhere:
+        if d not in sumdim:
+            out = out.unsqueeze(sorted(k for k in range(rank) if k not in sumdim).index(d))
+    return out
+
+
+def _addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: float = 1,
+            alpha: float = 1) -> torch.Tensor:
+    """beta * x + alpha * (sum over b of batch1[b] @ batch2[b]): the batch folded into the inner dim, so one
+    product of (n, b*k) by (b*k, p)."""
+    if not batch1.is_floating_point():  # eager takes integer factors for integer tensors
+        alpha, beta = int(alpha), int(beta)
+    b, n, k = batch1.shape
+    product = batch1.permute(1, 0, 2).reshape(n, b * k) @ batch2.reshape(b * k, batch2.shape[2])
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:  # eager ignores x then, NaN included
+        return product.expand(torch.broadcast_shapes(x.shape, product.shape)).clone()
+    return product + (x if beta == 1 else x * beta)
 
 
 def _floats_only(decomposition: Any) -> Any:
