@@ -295,6 +295,18 @@ def test_embedding_bags_match_eager_over_their_ranges(tmp_path, rt):
             assert out.shape == tuple(ref.shape) and relative_error(out, to_numpy(ref)) <= 1e-6, (n, b, rows, k)
 
 
+def test_fixed_size_bags_fold_as_reductions_not_scatters():
+    """A 2-d input's offsets are index math (b * size): each bag is a reduction over its own indices, parallel
+    on a GPU, where offsets read as data take a serial scatter."""
+    table = torch.randn(30, 8)
+    spec = ModelSpec(HERE, Fn1(lambda ids: F.embedding_bag(ids, table, mode="max")).eval(),
+                     (torch.randint(0, 30, (4, 6)),), ("x",), {"x": {0: "n"}}, {"n": (1, 9)})
+    plan = resolve_symbols(spec)
+    program = GraphLowering(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions())).run()
+    assert [s.family for s in program.steps].count("reduction") == 1, program.steps
+    assert "scatter" not in [s.family for s in program.steps]
+
+
 @pytest.mark.parametrize("conv, k, m", [(nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1), 4 * 2 * 2, 4 * 6),
                                         (nn.ConvTranspose1d(4, 6, 3, stride=2, groups=2), 2 * 2, 2 * 6 // 2),
                                         (nn.ConvTranspose2d(4, 6, 3, stride=2, dilation=2), 4 * 3 * 3, 6)])

@@ -1,13 +1,18 @@
 """EmbeddingBag: the sum, mean or max of each bag's embedding rows, bags given by offsets into one list of
-indices (torch.export turns the 2-d form, fixed-size bags, into offsets from an arange).
+indices.
 
-Torch has no decomposition of it (AOTInductor calls ATen's kernel). Here each index's bag is found by a binary
-search of the offsets (sort.py's, eager's bag of an index is the last offset at or before it), and the rows are
-folded into their bag's output row by a scatter in index order, as eager's CPU kernel adds them.
+Torch has no decomposition of it (AOTInductor calls ATen's kernel). Two forms:
+- offsets that are index math, b * size (what torch.export makes of a 2-d input of fixed-size bags): each bag
+  is a reduction over its own indices, parallel over bags and features;
+- offsets read as data: each index's bag is found by a binary search of the offsets (sort.py's; an index's bag
+  is the last offset at or before it, as in eager), and the rows are folded into their bag's output row by a
+  scatter in index order, as eager's CPU kernel adds them. The number of bags is the output's (one less than
+  the offsets with include_last_offset), so indices past the last bag's end fold into none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -15,6 +20,7 @@ import torch
 
 from ....errors import UnsupportedError
 from ...ir.dtypes import is_float
+from ...ir.index_math import as_index_expr
 from ...ir.scalar import Const, IndexValue, Node, Op, cast
 from ..graph import GraphLowering
 from ..registry import OptionalOps, lowers
@@ -55,54 +61,103 @@ def _embedding_bag(ctx: GraphLowering, node: torch.fx.Node, weight: TensorValue,
 
     what = f"embedding_bag at {where}: an index is outside 0..{rows}-1"
     weight = addressable(ctx, weight)
-    bag = bag_positions(ctx, offsets, indices.shape[0])  # -1 before the first offset, `bags` past the last end
+    identity = _identity(kind, accumulate)
+
+    def kept(i: Any) -> Node:
+        """Whether the i-th index is not the padding index."""
+        if padding is None:
+            return Const(True, "bool")
+        return Op("ne", (cast(indices.loader((i,)), "int64"), Const(padding, "int64")), "bool")
+
+    def row(i: Any, d: Any, counted: Node) -> Node:
+        """Element d of the i-th index's row, times its weight; the fold's identity where it is not counted."""
+        value = cast(indirect_load(weight, [sympy.Integer(0), d], 0, indices.loader((i,)), what, False), accumulate)
+        if per_sample_weights is not None:
+            value = Op("mul", (value, cast(per_sample_weights.loader((i,)), accumulate)), accumulate)
+        return Op("where", (counted, value, identity), accumulate)
+
+    size = _fixed_bag_size(offsets, indices.shape[0], bags)
+    if size is not None:
+        folded, count = _fold_fixed_bags(ctx, size, (bags, width), kept, row, kind, accumulate, padding is not None)
+    else:
+        folded, count = _fold_bags_by_offsets(ctx, offsets, indices.shape[0], (bags, width), kept, row, kind,
+                                              accumulate, what)
+
+    def finished(idx: tuple) -> Node:
+        if count is None:
+            return folded.loader(idx)
+        n = count.loader((idx[0], sympy.Integer(0)))
+        empty = Op("eq", (n, Const(0.0, accumulate)), "bool")
+        if kind == "max":
+            return Op("where", (empty, Const(0.0, accumulate), folded.loader(idx)), accumulate)
+        n = Op("where", (empty, Const(1.0, accumulate), n), accumulate)
+        return Op("div", (folded.loader(idx), n), accumulate)
+
+    output = TensorValue(dtype, out_shape, lambda idx: cast(finished(idx), dtype))
+    return (output, *(_refused(where, name) for name in ("offset2bag", "bag_size", "max_indices")))
+
+
+def _fixed_bag_size(offsets: TensorValue, count: sympy.Expr, bags: sympy.Expr) -> sympy.Expr | None:
+    """The bags' common size where the offsets are index math b * size covering all `count` indices (what
+    torch.export makes of a 2-d input of fixed-size bags); None where they are data."""
+    b = sympy.Symbol("p0", integer=True, nonnegative=True)
+    expr = as_index_expr(offsets.loader((b,)))
+    if expr is None:
+        return None
+    expr = sympy.expand(expr)
+    size = expr.coeff(b)
+    if b in size.free_symbols or sympy.expand(expr - size * b) != 0 or sympy.expand(count - size * bags) != 0:
+        return None
+    if not (size.is_positive or size.free_symbols):  # empty bags of size 0: the general path's zeros
+        return None
+    return size
+
+
+def _fold_fixed_bags(ctx: GraphLowering, size: sympy.Expr, shape: tuple, kept: Callable, row: Callable, kind: str,
+                     accumulate: str, padded: bool) -> tuple[TensorValue, TensorValue | None]:
+    """Bags of one size: a reduction over each bag's indices (parallel over bags and features on a GPU)."""
+    op = "max" if kind == "max" else "sum"
+    folded = ctx.reduce(TensorValue(accumulate, (*shape, size), lambda idx: row(
+        idx[0] * size + idx[2], idx[1], kept(idx[0] * size + idx[2]))), [2], op, accumulate)
+    if kind == "sum":
+        return folded, None
+    if not padded:  # every bag holds `size` rows
+        return folded, TensorValue(accumulate, (shape[0], sympy.Integer(1)),
+                                   lambda idx: cast(IndexValue(size, "int64"), accumulate))
+    counts = TensorValue(accumulate, (shape[0], sympy.Integer(1), size),
+                         lambda idx: cast(kept(idx[0] * size + idx[2]), accumulate))
+    return folded, ctx.reduce(counts, [2], "sum", accumulate)
+
+
+def _fold_bags_by_offsets(ctx: GraphLowering, offsets: TensorValue, count: sympy.Expr, shape: tuple, kept: Callable,
+                          row: Callable, kind: str, accumulate: str, what: str) -> tuple[TensorValue, TensorValue | None]:
+    """Bags from offsets read as data: each index's bag by a binary search of the offsets, its row folded into
+    the bag's by a scatter in index order (serial on a GPU: deterministic, as eager's CPU kernel is)."""
+    bags, width = shape
+    bag = bag_positions(ctx, offsets, count)  # -1 before the first offset, `bags` past the last bag's end
+    last = Op("sub", (cast(IndexValue(bags, "int64"), "int64"), Const(1, "int64")), "int64")
 
     def counted(i: Any) -> Node:
-        """Whether index i falls in a bag and is not the padding index."""
         b = bag.loader((i,))
         inside = Op("logical_and", (Op("ge", (b, Const(0, "int64")), "bool"),
-                                    Op("lt", (b, cast(IndexValue(bags, "int64"), "int64")), "bool")), "bool")
-        if padding is None:
-            return inside
-        not_padding = Op("ne", (cast(indices.loader((i,)), "int64"), Const(padding, "int64")), "bool")
-        return Op("logical_and", (inside, not_padding), "bool")
+                                    Op("lt", (b, Op("add", (last, Const(1, "int64")), "int64")), "bool")), "bool")
+        return Op("logical_and", (inside, kept(i)), "bool")
 
     def target(u: tuple) -> list[Any]:
-        b = bag.loader((u[0],))
-        last = Op("sub", (cast(IndexValue(bags, "int64"), "int64"), Const(1, "int64")), "int64")
-        return [Op("minimum", (Op("maximum", (b, Const(0, "int64")), "int64"), last), "int64"), u[1]]
+        return [Op("minimum", (Op("maximum", (bag.loader((u[0],)), Const(0, "int64")), "int64"), last), "int64"), u[1]]
 
-    identity = Const(float("-inf"), accumulate) if kind == "max" else Const(0.0, accumulate)
-
-    def value(u: tuple) -> Node:
-        row = cast(indirect_load(weight, [sympy.Integer(0), u[1]], 0, indices.loader((u[0],)), what, False),
-                   accumulate)
-        if per_sample_weights is not None:
-            row = Op("mul", (row, cast(per_sample_weights.loader((u[0],)), accumulate)), accumulate)
-        return Op("where", (counted(u[0]), row, identity), accumulate)
-
-    update = (indices.shape[0], width)
-    start = TensorValue(accumulate, (bags, width), lambda idx: identity)
-    folded = scatter(ctx, start, update, target, value, "max" if kind == "max" else "sum",
-                     what, wrap=False)
+    start = TensorValue(accumulate, shape, lambda idx: _identity(kind, accumulate))
+    folded = scatter(ctx, start, (count, width), target, lambda u: row(u[0], u[1], counted(u[0])),
+                     "max" if kind == "max" else "sum", what, wrap=False)
     if kind == "sum":
-        result = folded
-    else:
-        zeros = TensorValue(accumulate, (bags, sympy.Integer(1)), lambda idx: Const(0.0, accumulate))
-        count = scatter(ctx, zeros, (indices.shape[0], sympy.Integer(1)), target,  # each bag's rows, counted
-                        lambda u: cast(counted(u[0]), accumulate), "sum", what, wrap=False)
+        return folded, None
+    zeros = TensorValue(accumulate, (bags, sympy.Integer(1)), lambda idx: Const(0.0, accumulate))
+    return folded, scatter(ctx, zeros, (count, sympy.Integer(1)), target,
+                           lambda u: cast(counted(u[0]), accumulate), "sum", what, wrap=False)
 
-        def finished(idx: tuple) -> Node:
-            n = count.loader((idx[0], sympy.Integer(0)))
-            empty = Op("eq", (n, Const(0.0, accumulate)), "bool")
-            if kind == "max":
-                return Op("where", (empty, Const(0.0, accumulate), folded.loader(idx)), accumulate)
-            n = Op("where", (empty, Const(1.0, accumulate), n), accumulate)
-            return Op("div", (folded.loader(idx), n), accumulate)
 
-        result = TensorValue(accumulate, (bags, width), finished)
-    output = TensorValue(dtype, out_shape, lambda idx: cast(result.loader(idx), dtype))
-    return (output, *(_refused(where, name) for name in ("offset2bag", "bag_size", "max_indices")))
+def _identity(kind: str, accumulate: str) -> Node:
+    return Const(float("-inf"), accumulate) if kind == "max" else Const(0.0, accumulate)
 
 
 def _refused(where: str, name: str) -> TensorValue:
