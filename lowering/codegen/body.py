@@ -140,6 +140,21 @@ class BodyWriter:
         return f"{self._hoisted_names[base]} + {self.index(rest, extra)}"
 
 
+def chebyshev_series(writer: BodyWriter, node: Op, args: list[str]) -> str:
+    """Op("chebyshev", (x, c0, c1, ...)): the Chebyshev series Cephes' chbevl sums (eager's i0, i1 and their
+    scaled forms), by its recurrence b0 = x * b1 - b2 + c_i from b0 = c0, then (b0 - b2) / 2, in that order of
+    operations, one temporary a step. A recurrence: as a tree of scalar ops each step would repeat the two
+    before it, a tree that doubles with every coefficient. The same statements in every language."""
+    spell, dtype = writer.spelling, node.dtype
+    type_name = spell.types[compute_dtype(dtype)]
+    x, coefficients = args[0], args[1:]
+    b0, b1, b2 = coefficients[0], spell.const(0.0, dtype), spell.const(0.0, dtype)
+    for c in coefficients[1:]:
+        b2, b1 = b1, b0
+        b0 = writer.temp(f"{x} * {b1} - {b2} + {c}", type_name)
+    return f"{spell.const(0.5, dtype)} * ({b0} - {b2})"
+
+
 def split_independent(lines: list[str], names: frozenset[str],
                       assignment: Callable[[str], tuple[str, str] | None]) -> tuple[list[str], list[str]]:
     """A body's statements split, each part in its order, into those that use none of `names` nor a name

@@ -41,7 +41,9 @@ def decompositions() -> dict[Any, Any]:
     for name in _KEPT_WHOLE:
         if hasattr(aten, name):
             table[getattr(aten, name).default] = None
-    for op in (aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec):
+    table.update(get_decompositions([aten.upsample_bicubic2d]))
+    for op in (aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec, aten.upsample_bicubic2d.default,
+               aten.upsample_bicubic2d.vec):
         if op in table:
             table[op] = _floats_only(table[op])
     table[aten._trilinear.default] = _trilinear
@@ -86,7 +88,7 @@ def _addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta
 
 def _floats_only(decomposition: Any) -> Any:
     """Integer inputs stay undecomposed, so the lowering reports the op unsupported: eager computes uint8
-    bilinear in fixed point and torch's float decomposition differs from it by one in places."""
+    bilinear and bicubic in fixed point and torch's decompositions differ from it by one in places."""
 
     def decompose(x: Any, *args: Any, **kwargs: Any) -> Any:
         return decomposition(x, *args, **kwargs) if x.is_floating_point() else NotImplemented

@@ -48,7 +48,7 @@ class _InterpretedLibdevice:
     def __getattr__(self, name: str):
         tl = self.tl
         direct = {"exp": tl.exp, "exp2": tl.exp2, "log": tl.log, "log2": tl.log2, "erf": tl.erf, "floor": tl.floor,
-                  "ceil": tl.ceil, "sin": tl.sin, "cos": tl.cos, "sqrt": tl.sqrt_rn}
+                  "ceil": tl.ceil, "sin": tl.sin, "cos": tl.cos, "sqrt": tl.sqrt}
         if name in direct:
             return direct[name]
         derived = {
@@ -57,6 +57,7 @@ class _InterpretedLibdevice:
             "log1p": lambda x: tl.log(1.0 + x),
             "log10": lambda x: tl.log(x) * 0.4342944819032518,
             "erfc": lambda x: 1.0 - tl.erf(x),
+            "tan": lambda x: tl.sin(x) / tl.cos(x),
             "trunc": lambda x: tl.where(x < 0, tl.ceil(x), tl.floor(x)),
             "rint": lambda x: _rint(tl, x),
             "fmax": lambda a, b: tl.maximum(a, b),

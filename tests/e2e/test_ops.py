@@ -417,10 +417,11 @@ def test_edge_case_matches_eager(name, tmp_path, rt):
         assert out.shape == tuple(ref.shape) and relative_error(out, to_numpy(ref)) == 0, mismatch_report(name, out, to_numpy(ref))
 
 
-def test_integer_bilinear_upsampling_is_unsupported_not_wrong(tmp_path):
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_integer_bilinear_upsampling_is_unsupported_not_wrong(mode, tmp_path):
     x = torch.randint(0, 255, (1, 1, 3, 3), dtype=torch.uint8)
-    spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear")).eval(), (x,), ("x",), {}, {})
-    with pytest.raises(UnsupportedError, match="upsample_bilinear2d"):
+    spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, scale_factor=2, mode=mode)).eval(), (x,), ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match=f"upsample_{mode}2d"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "up.aotpack")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import sympy
 
 from ....errors import UnsupportedError
-from ...codegen.body import BodySpelling, BodyWriter
+from ...codegen.body import BodySpelling, BodyWriter, chebyshev_series
 from ...codegen.counters import CountedExpr, Digit
 from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
@@ -192,6 +192,12 @@ class CppBody(BodySpelling):
             return f"static_cast<{ctype}>({args[0]})"
         if name == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name == "bitcast":
+            return f"aotpack_bitcast<{ctype}>({args[0]})"
+        if name == "chebyshev":
+            return chebyshev_series(writer, node, args)
+        if name == "precise_erf":  # libm's, not the prelude's few-ulp aotpack_erf: see ops/special.py
+            return f"std::erf({args[0]})"
         if name == "neg":
             return f"static_cast<{ctype}>(-{args[0]})"
         if name in ("logical_not", "bitwise_not"):

@@ -14,7 +14,7 @@ from typing import Any
 import sympy
 
 from ....errors import UnsupportedError
-from ...codegen.body import BodySpelling, BodyWriter, Check
+from ...codegen.body import BodySpelling, BodyWriter, Check, chebyshev_series
 from ...codegen.printer import IndexSpelling, fold_calls, print_expr
 from ...ir.dtypes import DTYPES, compute_dtype, is_float
 from ...ir.scalar import Const, Indirect, Load, Op
@@ -166,6 +166,12 @@ class TritonBody(BodySpelling):
             return f"{args[0]}.to({tl_type})"
         if name == "where":
             return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        if name == "bitcast":
+            return f"{args[0]}.to({tl_type}, bitcast=True)"
+        if name == "chebyshev":
+            return chebyshev_series(writer, node, args)
+        if name == "precise_erf":  # libdevice's (2 ulp), not the prelude's 5-ulp _erf_f32: see ops/special.py
+            return f"libdevice.erf({args[0]})"
         if name == "neg":
             return f"-{args[0]}"
         if name in ("logical_not", "bitwise_not"):
@@ -186,8 +192,9 @@ class TritonBody(BodySpelling):
             if tl_type == "tl.float32":
                 return f"_sigmoid_f32({args[0]})"  # the prelude's: fewer instructions than libdevice's exp
             return f"1.0 / (1.0 + libdevice.exp(-{args[0]}))"
-        if name == "rsqrt":
-            return f"1.0 / tl.sqrt_rn({args[0]})"
+        if name in ("sqrt", "rsqrt"):  # tl.sqrt_rn takes float32 only; libdevice's float64 sqrt is IEEE's too
+            root = f"{'tl.sqrt_rn' if tl_type == 'tl.float32' else 'libdevice.sqrt'}({args[0]})"
+            return root if name == "sqrt" else f"1.0 / {root}"
         if name == "reciprocal":
             return f"1.0 / {args[0]}"
         if name == "sign":

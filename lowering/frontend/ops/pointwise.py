@@ -102,9 +102,7 @@ _BINARY = {
     "atan2": [aten.atan2, prims.atan2], "fmod": [aten.fmod, prims.fmod], "remainder": [aten.remainder, prims.remainder],
     "bitwise_and": [aten.bitwise_and, prims.bitwise_and], "bitwise_or": [aten.bitwise_or, prims.bitwise_or],
     "bitwise_xor": [aten.bitwise_xor, prims.bitwise_xor], "hypot": [aten.hypot, prims.hypot],
-    "copysign": [aten.copysign], "lshift": [aten.bitwise_left_shift, prims.shift_left],
-    "rshift": [aten.bitwise_right_shift, prims.shift_right_arithmetic], "fmax": [aten.fmax, prims.fmax],
-    "fmin": [aten.fmin, prims.fmin],
+    "copysign": [aten.copysign], "fmax": [aten.fmax, prims.fmax], "fmin": [aten.fmin, prims.fmin],
 }
 
 
