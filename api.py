@@ -54,6 +54,7 @@ def export(
     version: str = "0.1.0",
     metadata: Mapping[str, str] | None = None,
     verify: str = "range",
+    verification_inputs: Callable[[dict[str, int], int], Any] | None = None,
     verbose: bool = False,
 ) -> ExportResult:
     """Exports `model` called on `args` (example tensors, positionally) to the package file `path`.
@@ -69,6 +70,8 @@ def export(
         the path's stem or the class name, made registry-safe), a semantic version, user metadata (str -> str).
     verify: "range" (the examples and the ends and inside of every range, on every target this machine runs),
         "example", or "off". A mismatch raises VerificationError and writes nothing.
+    verification_inputs: (sizes: {symbol: size}, seed) -> the inputs at those sizes, used at every point but the
+        examples where repeating the examples' integer values would not make valid inputs (offsets, lengths).
     Returns the path, the manifest and the verification record; raises an AotpackError subclass for anything the
     caller can fix, with a message saying what, where and what to do.
     """
@@ -84,6 +87,8 @@ def export(
         spec = spec_from_module(model, args if isinstance(args, (tuple, list)) else (args,), dynamic_shapes, ranges)
     else:
         raise AotpackError(f"aotpack.export takes an nn.Module or an ExportedProgram, not a {type(model).__name__}")
+    if verification_inputs is not None:
+        spec = dataclasses.replace(spec, verification_inputs=verification_inputs)
     name = name or identity.name_from(Path(path).stem if path is not None else type(model).__name__)
     output = Path(path) if path is not None else Path(f"{name}.aotpack")
     if isinstance(cuda_arch, (tuple, list)):

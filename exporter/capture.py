@@ -41,6 +41,7 @@ class CapturedProgram:
     notes: tuple[str, ...]  # what the user should know about how the model was captured
     model: Any = None  # eager PyTorch in the package's dtype (a callable module): what verification runs
     float32_model: torch.nn.Module | None = None  # the model before a --dtype cast: the float32 reference
+    verification_inputs: Callable[[dict[str, int], int], Any] | None = None  # ModelSpec's
 
 
 def capture(
@@ -92,6 +93,7 @@ def capture(
         notes=(INFERENCE_NOTE, *example_notes),
         model=spec.model,
         float32_model=spec.float32_model,
+        verification_inputs=spec.verification_inputs,
     )
 
 

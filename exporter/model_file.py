@@ -7,6 +7,10 @@ model.py defines:
     dynamic_ranges   optional: {symbol name: (min, max)}, defaults that --dynamic overrides
     dynamic_shapes   optional, instead of dynamic_axes: torch.export's form, {name: {axis: Dim(name, min, max)}}
                      (a Dim's name is the symbol, its bounds the default range; see dynamic_shapes.py)
+    verification_inputs  optional: a function (sizes: {symbol: size}, seed: int) -> a tuple of inputs at those
+                     sizes, for models whose integer inputs carry structure that repeating the examples' values
+                     breaks (EmbeddingBag offsets, sorted lengths); verification then uses it at every point
+                     of the ranges but the examples
 
 Any other top-level name that looks like one of these (`dynamic_shape`, `example_input`) is refused by name:
 a misspelt setting must not silently export static shapes.
@@ -43,10 +47,12 @@ class ModelSpec:
     dynamic_ranges: Mapping[str, tuple[int, int]]
     program: ExportedProgram | None = None  # given already captured (aotpack.export of an ExportedProgram)
     float32_model: torch.nn.Module | None = None  # the model before a --dtype cast: verification's reference
+    # (sizes, seed) -> inputs at those sizes, where the examples' values repeated would not be valid inputs
+    verification_inputs: Callable[[dict[str, int], int], Any] | None = None
 
 
 # The names aotpack reads from a model.py.
-SETTINGS = ("model", "example_inputs", "dynamic_axes", "dynamic_ranges", "dynamic_shapes")
+SETTINGS = ("model", "example_inputs", "dynamic_axes", "dynamic_ranges", "dynamic_shapes", "verification_inputs")
 _module_ids = itertools.count()
 
 
@@ -75,7 +81,11 @@ def load_model_file(path: str | Path) -> ModelSpec:
     else:
         raw_axes = getattr(module, "dynamic_axes", None)
     axes = check_dynamic_axes(raw_axes, shown, names, examples)
-    return ModelSpec(path, model, examples, names, axes, ranges)
+    made = getattr(module, "verification_inputs", None)
+    if made is not None and not callable(made):
+        raise ModelFileError(f"{shown}: verification_inputs is {_a(made)}; it must be a function "
+                             "(sizes: dict of symbol -> size, seed: int) returning a tuple of inputs")
+    return ModelSpec(path, model, examples, names, axes, ranges, verification_inputs=made)
 
 
 def _refuse_unknown_settings(module: ModuleType, shown: str) -> None:

@@ -8,13 +8,15 @@ and the package stays byte-reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..errors import ModelFileError
 from ..exporter.dynamic import inner_value
+from ..exporter.frames import one_line
 from ..packages.program import evaluate_size
 
 
@@ -75,6 +77,36 @@ def inputs_at(signature: Mapping[str, Any], examples: Sequence[torch.Tensor], po
             out.append(torch.randn(shape, generator=gen).to(example.dtype))
         else:
             out.append(_tiled(example, shape))
+    return out
+
+
+def made_inputs(make: Callable[[dict[str, int], int], Any], signature: Mapping[str, Any],
+                examples: Sequence[torch.Tensor], point: Point, seed: int) -> list[torch.Tensor]:
+    """The model's own inputs at the point (its verification_inputs), checked against the package's signature
+    there and cast to the examples' floating dtype (a --dtype export's)."""
+    sizes = dict(point.symbols)
+    call = f"verification_inputs({sizes}, {seed})"
+    try:
+        made = make(dict(sizes), seed)
+    except Exception as e:
+        raise ModelFileError(f"{call} raised {type(e).__name__}: {one_line(str(e))}") from e
+    made = (made,) if isinstance(made, torch.Tensor) else made
+    if not isinstance(made, (tuple, list)) or len(made) != len(examples):
+        got = f"{len(made)} values" if isinstance(made, (tuple, list)) else type(made).__name__
+        raise ModelFileError(f"{call} returned {got}; expected a tuple of {len(examples)} tensors, one per "
+                             "forward() input")
+    out = []
+    for info, example, x in zip(signature["inputs"], examples, made):
+        shape = [evaluate_size(d, point.symbols) for d in info["shape"]]
+        if not isinstance(x, torch.Tensor) or list(x.shape) != shape:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ModelFileError(f"{call} gave input {info['name']!r} {got}; at these sizes it must have shape "
+                                 f"{tuple(shape)}")
+        if x.is_floating_point() != example.is_floating_point() or (
+                not x.is_floating_point() and x.dtype != example.dtype):
+            raise ModelFileError(f"{call} gave input {info['name']!r} of dtype {x.dtype}; the package takes "
+                                 f"{example.dtype}")
+        out.append(x.to(example.dtype).contiguous())
     return out
 
 

@@ -28,10 +28,11 @@ from .compare import (
     relative_error,
     to_numpy,
 )
-from .points import Point, example_symbols, inputs_at, range_points
+from .points import Point, example_symbols, inputs_at, made_inputs, range_points
 
 MODES = ("range", "example", "off")
 INPUTS_NOTE = "floats drawn from a fixed seed per point; integer and boolean inputs repeat the examples' values"
+MADE_INPUTS_NOTE = "the model's verification_inputs(sizes, seed) at every point but the examples"
 
 
 class VerificationError(AotpackError):
@@ -92,9 +93,16 @@ def verify_package(path: Path, captured: Any, mode: str = "range") -> dict[str, 
     # Outputs that eager gave as all zeros at every point (randomly initialised weights can zero a model's
     # output: HF MobileViT's): matching them shows nothing, so the record and the export's summary say so.
     zero = [True] * len(signature["outputs"])
+    made = getattr(captured, "verification_inputs", None)
+    if made is not None:
+        record["inputs"] = MADE_INPUTS_NOTE
     for index, point in enumerate(points):
-        inputs = (inputs_at(signature, captured.example_inputs, point, seed=index) if point.label != "example"
-                  else _example_inputs(signature, captured.example_inputs))
+        if point.label == "example":
+            inputs = _example_inputs(signature, captured.example_inputs)
+        elif made is not None:
+            inputs = made_inputs(made, signature, captured.example_inputs, point, seed=index)
+        else:
+            inputs = inputs_at(signature, captured.example_inputs, point, seed=index)
         try:
             reference, half = refs.outputs(inputs)
         except Exception as e:

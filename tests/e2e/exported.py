@@ -47,6 +47,10 @@ def range_points(symbols: list[dict[str, Any]], seed: int = 0) -> list[dict[str,
 
 
 def make_inputs(exported: Exported, point: dict[str, int], seed: int) -> list[torch.Tensor]:
+    """Random inputs of the point's shapes (integers below the examples' maximum), or the model file's own
+    verification_inputs where it has them (offsets that must be sorted)."""
+    if exported.spec.verification_inputs is not None:
+        return list(exported.spec.verification_inputs(dict(point), seed))
     gen = torch.Generator().manual_seed(seed)
     inputs = []
     for info, example in zip(exported.signature["inputs"], exported.spec.example_inputs):

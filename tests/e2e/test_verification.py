@@ -3,6 +3,7 @@ and the Python API, with failures that name the point and the output (issue 9)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,9 +15,11 @@ import aotpack
 import numpy as np
 import pytest
 import torch
-from aotpack.api import export_model_file
+from aotpack.api import export_model_file, export_spec
 from aotpack.errors import AotpackError, DynamicShapeError, ModelFileError
+from aotpack.exporter import load_model_file
 from aotpack.verification import relative_error, to_numpy
+from aotpack.verification.run import INPUTS_NOTE
 from torch.export import Dim
 
 REPO = Path(__file__).resolve().parents[2]
@@ -293,3 +296,16 @@ def test_an_output_eager_gives_as_zeros_everywhere_is_said_unchecked(tmp_path, r
     assert "output(s) output_0 all zeros in eager at every point: unchecked" in done.stderr
     assert "output_1" not in done.stderr
     assert "unchecked: output_0 all zeros in eager at every point" in cli("inspect", str(path)).stdout
+
+
+def test_a_model_files_verification_inputs_verify_points_that_repeated_examples_cannot(tmp_path, runtime_build):
+    """Offsets repeated from the example ([0, 4, 4, 0, 4, ...]) are not sorted: eager refuses them, so such
+    points were skipped; the file's verification_inputs gives valid ones and every point is verified."""
+    result = export_model_file(MODELS / "bag_offsets.py", tmp_path / "bags.aotpack")
+    record = result.manifest["verification"]
+    assert record["passed"] and record["inputs"].startswith("the model's verification_inputs")
+    assert not [p for p in record["points"] if "skipped" in p]
+    assert len(_ran(record)) == 6
+    spec = dataclasses.replace(load_model_file(MODELS / "bag_offsets.py"), verification_inputs=None)
+    plain = export_spec(spec, tmp_path / "plain.aotpack").manifest["verification"]
+    assert plain["inputs"] == INPUTS_NOTE and [p for p in plain["points"] if "skipped" in p]

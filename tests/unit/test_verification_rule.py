@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from aotpack.errors import ModelFileError
 from aotpack.exporter.dynamic import inner_value
 from aotpack.packages.program import evaluate_size
 from aotpack.verification import Point, allowed_error, inputs_at, judge, range_points
+from aotpack.verification.points import made_inputs
 from aotpack.verification.report import verification_table
 
 
@@ -63,6 +65,26 @@ def test_inputs_at_a_point_draw_floats_and_repeat_integer_examples():
     assert x.shape == (3, 10) and x.dtype == torch.float32 and x.std() > 0.5
     assert ids.tolist() == [[1, 2, 3, 1, 2], [4, 5, 6, 4, 5], [1, 2, 3, 1, 2]]
     assert evaluate_size(["max", ["//", "seq", 2], 1], {"seq": 9}) == 4
+
+
+def test_a_models_own_verification_inputs_are_checked_against_the_signature():
+    signature = {"inputs": [{"name": "x", "shape": ["n", 3]}, {"name": "offsets", "shape": ["b"]}]}
+    examples = [torch.randn(4, 3, dtype=torch.bfloat16), torch.tensor([0, 2])]
+    point = Point("max", {"n": 6, "b": 3})
+
+    def good(sizes, seed):
+        return torch.randn(sizes["n"], 3), torch.arange(sizes["b"]) * 2
+
+    x, offsets = made_inputs(good, signature, examples, point, seed=0)
+    assert x.dtype == torch.bfloat16 and x.shape == (6, 3) and offsets.tolist() == [0, 2, 4]
+    cases = [(lambda s, k: (torch.randn(5, 3), torch.zeros(3, dtype=torch.int64)),
+              r"verification_inputs\(\{'n': 6, 'b': 3\}, 0\) gave input 'x' shape \(5, 3\); .* shape \(6, 3\)"),
+             (lambda s, k: (torch.randn(6, 3),), "returned 1 values; expected a tuple of 2 tensors"),
+             (lambda s, k: (torch.randn(6, 3), torch.zeros(3, dtype=torch.int32)), "'offsets' of dtype torch.int32; the package"),
+             (lambda s, k: s["seq"], r"raised KeyError: 'seq'")]
+    for make, message in cases:
+        with pytest.raises(ModelFileError, match=message):
+            made_inputs(make, signature, examples, point, seed=0)
 
 
 def test_inspect_table_reads_this_record_and_the_old_one():

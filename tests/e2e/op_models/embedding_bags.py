@@ -1,7 +1,8 @@
 """EmbeddingBag in each mode over a dynamic number of indices and bags: sums with per-sample weights, means
 that skip a padding index, maxes, a last offset that ends the list, and fixed-size bags from a 2-d input.
-Offsets carry meaning (sorted, from 0), so the tests draw valid ones with `bags_at`; tests/e2e/test_ops.py runs
-it through the C++ runtime and tests/codegen/test_triton_compile.py in the Triton interpreter."""
+Offsets carry meaning (sorted, from 0), so verification draws valid ones through `verification_inputs`;
+tests/e2e/test_ops.py runs it through the C++ runtime and tests/codegen/test_triton_compile.py in the Triton
+interpreter."""
 
 import torch
 from torch import nn
@@ -34,6 +35,10 @@ def bags_at(n: int, b: int, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
     starts = torch.sort(torch.randint(0, n + 1, (b - 1,), generator=gen)).values
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), starts])
     return ids, offsets, torch.rand(n, generator=gen) * 2 - 0.5, torch.randint(0, 50, (rows, 5), generator=gen)
+
+
+def verification_inputs(sizes: dict[str, int], seed: int) -> tuple[torch.Tensor, ...]:
+    return bags_at(sizes["n"], sizes["b"], sizes["rows"], seed)
 
 
 example_inputs = bags_at(12, 4, 4, 0)
