@@ -254,6 +254,14 @@ def test_a_misspelt_setting_is_refused_by_name(tmp_path):
         export_model_file(MODELS / "misspelt_model.py", tmp_path / "m.aotpack")
 
 
+def test_verification_inputs_that_are_not_a_function_are_refused_at_load(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.randn(2),)\n"
+                     "verification_inputs = (torch.randn(3),)\n")
+    with pytest.raises(ModelFileError, match="verification_inputs is a tuple; it must be a function"):
+        export_model_file(model, tmp_path / "m.aotpack")
+
+
 def _machine_strings() -> list[bytes]:
     """Paths of this machine that must not appear in a package."""
     found = {str(REPO), str(Path.home()), sys.prefix, str(Path(torch.__file__).parents[1]), "site-packages"}
