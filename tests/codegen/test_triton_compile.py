@@ -86,14 +86,15 @@ print(json.dumps({"errors": errors, "rel": [relative_error(o.float().numpy(), r.
                                    "tests/e2e/row_models/folded_norms", "tests/e2e/row_models/residual_sum",
                                    "tests/e2e/op_models/size_arithmetic", "tests/e2e/op_models/large_windows",
                                    "tests/e2e/op_models/conv_transposed", "tests/e2e/op_models/order_statistics",
-                                   "tests/e2e/op_models/embedding_bags"])
+                                   "tests/e2e/op_models/embedding_bags", "tests/e2e/op_models/antialias"])
 def test_example_kernels_match_eager_in_the_triton_interpreter(model):
     """Row kernels feeding products: the transformer block's layer norms, prenorm.py's gathered embedding
     and its layer norm, an RMS norm two products read and a softmax into a product, folded_norms.py's pre-norm,
     post-norm and tied-embedding norms, residual_sum.py's residual sum read by a norm and by an epilogue, in
     batch x seq rows; size_arithmetic.py's float and bool arithmetic on a size; large_windows.py's pooling windows
     as reductions; conv_transposed.py's transposed convolutions; order_statistics.py's medians, running folds
-    and binary searches; embedding_bags.py's bags found by binary search and folded by scatters."""
+    and binary searches; embedding_bags.py's bags found by binary search and folded by scatters;
+    antialias.py's antialiased resizing, its windows' positions computed from the sizes."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # must be set before anything imports Triton
     path = REPO / f"{model}.py" if model.startswith("tests") else REPO / model / "model.py"
     result = subprocess.run([sys.executable, "-c", INTERPRET, str(HERE), str(path)],

@@ -186,11 +186,15 @@ CASES: dict[str, tuple] = {
                             + torch.addmm(w[:, 0], x, w.t(), beta=0.5, alpha=2.0), [f32(6), fixed(lambda: torch.randn(3, 6))],
                             [0], (1, 9)),
     # nn.Bilinear (aten._trilinear as an einsum) over a dynamic batch and a batch of 3 that broadcasts; addbmm
-    # as one product over the folded batch, with beta 0 (the input ignored, NaN included) and 1
+    # as one product over the folded batch, with beta 0 (the input ignored, NaN included) and 1. From n = 4: at
+    # an example of 3, torch 2.11 keeps x[:3] as x under an unreported guard n == 3
     "bilinear_addbmm": (lambda x, w: (F.bilinear(x, x[:, :4], w, w[:, 0, 0]), F.bilinear(x[:3], x[:3, 1:5], w),
                                       torch.addbmm(x[:2, :4], x[None, :2, :3].expand(2, -1, -1), w[:2, :3], alpha=0.5),
                                       torch.addbmm(x[:2, :4] / 0, x[None, :2, :3].expand(2, -1, -1), w[:2, :3], beta=0)),
-                        [f32(5), fixed(lambda: torch.randn(3, 5, 4))], [0], (3, 9)),
+                        [f32(5), fixed(lambda: torch.randn(3, 5, 4))], [0], (4, 9)),
+    # repeat of a permuted tensor, then a view (WavLM's position bias): torch's decomposition kept the input's
+    # stride order and the view failed to decompose
+    "repeat_permuted_view": (lambda x: x.t().unsqueeze(0).repeat(2, 1, 1).view(8, -1) * 2, [f32(4)], [0], (1, 9)),
     # x @ w.T with w an input (not packed at export): up to 4 rows take dot products, more rows the packed path
     "linear_of_input_weight": (lambda x, w: F.linear(x, w) * 0.5, [f32(37), fixed(lambda: torch.randn(70, 37))],
                                [0], (1, 9)),
@@ -203,6 +207,14 @@ CASES: dict[str, tuple] = {
     "pooling": (lambda x: F.max_pool2d(x, 3, 2, 1).sum() + F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False)
                 .sum() + F.avg_pool2d(x, 3, 1, 1).sum() + F.adaptive_avg_pool2d(x, 2).sum() + F.max_pool2d(x, 2),
                 [f32(3, 8, 8)], [0], (1, 3)),
+    # Windows larger than the input (HF EfficientNet's AvgPool2d(1280, ceil_mode=True) over 7 x 7): only the
+    # taps that can land inside it are read; the divisor still counts the window clipped to the padded input
+    "pooling_windows_past_the_input": (lambda x: (F.avg_pool2d(x, 1280, ceil_mode=True),
+                                                  F.avg_pool2d(x, (100, 3), (100, 2), padding=(0, 1), ceil_mode=True),
+                                                  F.avg_pool2d(x, (100, 3), (100, 2), padding=(0, 1), ceil_mode=True,
+                                                               count_include_pad=False),
+                                                  *F.max_pool2d(x, 100, ceil_mode=True, return_indices=True)),
+                                       [f32(3, 7, 7)], [0], (1, 3)),
     # Indices as eager's CPU kernel picks them: the first maximum (rounded inputs tie), the last NaN.
     "max_pool_indices": (lambda x: (*F.max_pool2d(x.round(), 3, 2, 1, return_indices=True),
                                     F.max_pool2d(x, 2, dilation=2, ceil_mode=True, return_indices=True)[1],
@@ -272,7 +284,7 @@ def test_op_matches_eager(name, tmp_path, rt):
             assert ok, f"n={n}: " + mismatch_report(info["name"], out, ref_np)
 
 
-@pytest.mark.parametrize("model_file", ["conv_transposed", "order_statistics", "special_functions"])
+@pytest.mark.parametrize("model_file", ["conv_transposed", "order_statistics", "special_functions", "antialias"])
 def test_op_model_file_matches_eager_over_its_ranges(model_file, tmp_path, rt):
     """op_models/ files with parameters and several dynamic dims, exported as `aotpack export` does."""
     exported = export(HERE.parent / "op_models" / f"{model_file}.py", tmp_path)
@@ -423,6 +435,42 @@ def test_integer_bilinear_upsampling_is_unsupported_not_wrong(mode, tmp_path):
     spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, scale_factor=2, mode=mode)).eval(), (x,), ("x",), {}, {})
     with pytest.raises(UnsupportedError, match=f"upsample_{mode}2d"):
         build_package(capture(spec, (), None, decompositions()), tmp_path / "up.aotpack")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_resizing_of_uint8_is_refused_naming_the_line(mode, tmp_path):
+    """Eager resizes uint8 in fixed point (int16 weights at a precision set by the axis's largest weight)."""
+    x = torch.randint(0, 255, (1, 3, 9, 9), dtype=torch.uint8)
+    spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, size=(4, 5), mode=mode, antialias=True)).eval(), (x,),
+                     ("x",), {}, {})
+    with pytest.raises(UnsupportedError, match=rf"antialiased {mode} interpolation at test_ops\.py:\d+.*uint8.*"
+                                               r"fixed point.*convert to float"):
+        build_package(capture(spec, (), None, decompositions()), tmp_path / "aa.aotpack")
+
+
+def test_antialiased_windows_above_64_taps_are_refused_naming_the_sizes(tmp_path):
+    """Shrinking a height of up to 200 to 3 rows reads up to 135 rows per output row (bilinear: 2 * ceil(200 / 3)
+    + 1), which is not unrolled; the message names the line, the sizes and what to do."""
+    spec = ModelSpec(HERE, Fn1(lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True)).eval(),
+                     (torch.randn(1, 2, 20, 8),), ("x",), {"x": {2: "h"}}, {"h": (4, 200)})
+    plan = resolve_symbols(spec)
+    with pytest.raises(UnsupportedError, match=r"antialiased bilinear interpolation at test_ops\.py:\d+ .*: resizing dim 2 "
+                                               r"from h to 3 \(.*h in 4\.\.200\) .*up to 135 input positions.*"
+                                               r"resize in steps"):
+        build_package(capture(spec, plan.symbols, plan.dynamic_shapes, decompositions()), tmp_path / "aa.aotpack")
+
+
+def test_antialiased_resizing_to_width_one_gives_every_row_its_own_window(tmp_path, rt):
+    """Eager's CPU kernel repeats the first row's window down a plane when a vertical pass writes width 1
+    (ops/resample.py); the package computes each row's, which is eager's result for the transposed input (and
+    CUDA's). Verification against eager's CPU rows would refuse it, so it is off here."""
+    fn = Fn1(lambda x: F.interpolate(x, size=(3, 1), mode="bilinear", antialias=True)).eval()
+    spec = ModelSpec(HERE, fn, (torch.randn(1, 2, 40, 5),), ("x",), {}, {})
+    result = build_package(capture(spec, (), None, decompositions()), tmp_path / "aa.aotpack", verify="off")
+    x = torch.randn(1, 2, 40, 5)
+    (out,) = rt.Model(result.path).session().run([to_numpy(x)])
+    transposed = F.interpolate(x.transpose(2, 3), size=(1, 3), mode="bilinear", antialias=True).transpose(2, 3)
+    assert relative_error(out, to_numpy(transposed)) <= 1e-6, mismatch_report("out", out, to_numpy(transposed))
 
 
 def test_sorting_a_long_dim_is_refused_at_export(tmp_path):

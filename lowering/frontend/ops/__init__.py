@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registration)
     pointwise,
     pool,
     reduce,
+    resample,
     scatter,
     sort,
     special,
