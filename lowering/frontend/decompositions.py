@@ -46,6 +46,8 @@ def decompositions() -> dict[Any, Any]:
                aten.upsample_bicubic2d.vec):
         if op in table:
             table[op] = _floats_only(table[op])
+    if aten.repeat.default in table:
+        table[aten.repeat.default] = _contiguous_first(table[aten.repeat.default])
     table[aten._trilinear.default] = _trilinear
     table[aten.addbmm.default] = _addbmm
     return table
@@ -84,6 +86,17 @@ def _addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta
     if beta == 0:  # eager ignores x then, NaN included
         return product.expand(torch.broadcast_shapes(x.shape, product.shape)).clone()
     return product + (x if beta == 1 else x * beta)
+
+
+def _contiguous_first(decomposition: Any) -> Any:
+    """repeat of a permuted tensor: eager returns a contiguous tensor, torch's decomposition one in the input's
+    stride order, so a .view after it (WavLM's position bias, modeling_wavlm.py:167) failed to decompose.
+    The lowering is lazy: the copy this asks for fuses into the repeat's readers."""
+
+    def decompose(x: Any, repeats: Any) -> Any:
+        return decomposition(x.contiguous(), repeats)
+
+    return decompose
 
 
 def _floats_only(decomposition: Any) -> Any:

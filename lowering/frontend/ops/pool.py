@@ -99,6 +99,7 @@ def _flat_position(idx: tuple, taps: Ints, stride: Ints, padding: Ints, dilation
 def _max_pool(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: Ints, stride: Ints, padding: Ints,
               dilation: Ints, ceil_mode: bool, what: str) -> tuple[TensorValue, TensorValue]:
     """Max pooling over the last len(kernel) dims: the values and their flat positions (ATen's indices)."""
+    kernel = _reachable_taps(ctx, x, kernel, padding, dilation)
     x = _once(ctx, x, kernel, stride)
     lowest = _lowest(x.dtype)
     if math.prod(kernel) > MAX_WINDOW:
@@ -241,9 +242,21 @@ def _accumulator(dtype: str) -> str:
     return "float64" if dtype == "float64" else "float32"
 
 
+def _reachable_taps(ctx: GraphLowering, x: TensorValue, kernel: Ints, padding: Ints, dilation: Ints) -> Ints:
+    """The kernel cut to the taps that can fall inside the input: window o's tap j reads o * stride - p + j * d,
+    which is past the input for every o once j * d >= size + p (size at its declared maximum). HF EfficientNet
+    pools a 7 x 7 map with AvgPool2d(1280, ceil_mode=True): one window of 7 x 7 elements, not 1280 x 1280. The
+    taps cut read only padding, so sums, maxima and indices are unchanged; a divisor counts the whole kernel."""
+    ranges = {s.expr: (s.min, s.max) for s in ctx.symbols}
+    sizes = x.shape[-len(kernel):]
+    return tuple(min(k, -(-(int(upper_bound(size, ranges)) + p) // d))
+                 for k, size, p, d in zip(kernel, sizes, padding, dilation))
+
+
 def _window_sums(ctx: GraphLowering, x: TensorValue, out_shape: tuple, kernel: Ints, stride: Ints, padding: Ints,
                  ceil_mode: bool) -> TensorValue:
     """Each window's sum over the last len(kernel) dims, in the accumulator's dtype (padding adds zeros)."""
+    kernel = _reachable_taps(ctx, x, kernel, padding, (1,) * len(kernel))
     if math.prod(kernel) > MAX_WINDOW:
         raise UnsupportedError(f"average pooling windows above {MAX_WINDOW} elements "
                                f"({'x'.join(str(k) for k in kernel)}) are not supported; pool in smaller steps "
