@@ -114,7 +114,10 @@ def export(model_file: str, output: str | None, dynamic: tuple[str, ...], name: 
     metadata = _checked_identity(name, version, meta)
     output = output or f"{name or default_name(Path(model_file))}.aotpack"
     click.echo(f"exporting {model_file} -> {output}", err=True)
-    report = progress.Progress(None if quiet else lambda line: click.echo(line, err=True))
+    # The stream as it is now: torch's tracing runs under quiet_torch(), which swaps sys.stderr for a buffer, and
+    # the heartbeat lines written during it ("still working") would arrive only when it ends.
+    console = sys.stderr
+    report = progress.Progress(None if quiet else lambda line: click.echo(line, file=console))
     start = time.perf_counter()
     with progress.reporting(report):
         result = export_model_file(

@@ -286,11 +286,13 @@ def _check_guards(program: ExportedProgram, spec: ModelSpec, symbols: tuple[Symb
             guard = _SIZE_IN_GUARD.sub(lambda m: _size_name(m, spec), one_line(str(e)).removeprefix("Guard failed: "))
             at = ", ".join(f"{k}={v}" for k, v in point.items())
             raise CaptureError(
-                f"torch.export's graph holds only where {guard}, which fails at {at} in the declared ranges: the "
-                "model computes a size from the dynamic ones in a way torch.export fixes to its value at the example "
-                "inputs (int() of math.sqrt or ** 0.5 of a size does this)\n"
-                "hint: compute such sizes with integer ops on tensor.shape (//, *, +), or declare the sizes "
-                "involved static (--dynamic name=N..N)") from e
+                f"torch.export's graph holds only where {guard}, which fails at {at} in the declared ranges: "
+                "torch.export fixed something the model computes from the dynamic sizes to its value at the example "
+                "inputs (int() of math.sqrt or ** 0.5 of a size does this, and so does a Python branch on sizes "
+                "that torch does not report, such as `if h == w`)\n"
+                "hint: compute such sizes with integer ops on tensor.shape (//, *, +) and branch with tensor ops, "
+                "try example inputs whose sizes differ from each other and from the ranges' ends, or declare the "
+                "sizes involved static (--dynamic name=N..N)") from e
         except Exception:  # noqa: BLE001 - inputs the guard function cannot take (a non-tensor): no judgement
             return
 

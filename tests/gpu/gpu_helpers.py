@@ -3,12 +3,16 @@ CUDA outputs with PyTorch by the rule export uses (aotpack.verification.judge)."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aotpack
 import numpy as np
+import pytest
 import torch
+from aotpack.errors import CaptureError
 from aotpack.exporter import ModelSpec
 from aotpack.verification import HALF_DTYPES, as_reference, from_runtime, judge, mismatch_report, to_numpy
 
@@ -19,6 +23,21 @@ def export_cuda(spec: ModelSpec, path: Path, arch: int, cpu: bool = False) -> An
     """`spec` as aotpack.export takes it: the model, its examples, {input: {axis: symbol}} and the ranges."""
     return aotpack.export(spec.model, spec.example_inputs, path, dynamic_shapes=dict(spec.dynamic_axes) or None,
                           ranges=dict(spec.dynamic_ranges), target="cpu,cuda" if cpu else "cuda", cuda_arch=(arch,))
+
+
+@contextlib.contextmanager
+def skipped_where_this_torch_specialises() -> Iterator[None]:
+    """torch 2.11 (the GPU image's) specialises sizes that torch 2.13 keeps symbolic: stride-2 pooling over a
+    dynamic dim guards the dim's parity (an H200 run: op_models/conv3d.py, large_windows.py). aotpack refuses
+    such a capture with torch's guard; under an older torch that refusal is skipped here, naming it, not
+    counted as a pass or a failure."""
+    try:
+        yield
+    except CaptureError as e:
+        major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+        if (major, minor) < (2, 13) and str(e).startswith("cannot keep"):
+            pytest.skip(f"torch {torch.__version__} specialises this model's sizes (2.13 does not): {e}")
+        raise
 
 
 def compare(outputs: list[np.ndarray], expected: list[torch.Tensor], signature: dict[str, Any], where: str,
