@@ -24,7 +24,7 @@ import torch
 
 from ..errors import CaptureError
 from .dynamic import SymbolSpec
-from .frames import UserFiles, UserFrame, innermost_user_frame, library_location, one_line
+from .frames import UserFiles, UserFrame, innermost_user_frame, is_library_file, library_location, one_line
 from .model_file import ModelSpec
 from .quiet import quiet_torch
 
@@ -466,15 +466,22 @@ def _failure(failure: Any, names: Mapping[int, str], ctx: CaptureContext) -> Dra
         if user:
             rename[str(torch_sym)] = user
     expr = _readable(str(data.get("expr", "")), rename)
-    frame = None
+    frame = library = None
     for entry in reversed(list(data.get("user_stack") or [])):
         filename = entry.get("filename")
         filename = names.get(filename) if isinstance(filename, int) else filename
         line = entry.get("line")
-        if isinstance(filename, str) and isinstance(line, int) and filename in ctx.files:
+        if not isinstance(filename, str) or not isinstance(line, int):
+            continue
+        if filename in ctx.files:
             frame = ctx.files.frame(filename, line, entry.get("loc"))
             break
-    return DraftFailure(kind, expr, frozenset(rename.values()), frame)
+        if library is None and is_library_file(filename):
+            library = ctx.files.frame(filename, line, entry.get("loc"))
+    # torch keeps the last frames of a stack only: a guard added deep inside transformers (Swin's window
+    # padding, HuBERT's feature extractor) may keep no frame of the user's files, but its library line says
+    # where it comes from better than no line at all.
+    return DraftFailure(kind, expr, frozenset(rename.values()), frame or library)
 
 
 def _readable(expr: str, rename: Mapping[str, str]) -> str:

@@ -23,7 +23,7 @@ class UserFrame:
     code: str  # the source line's text, stripped; "" when it cannot be read
 
     def where(self) -> str:
-        return f"{display_path(self.path)}:{self.line}"
+        return f"{short_path(str(self.path))}:{self.line}"
 
     def describe(self) -> str:
         """`model.py:10 (for t in range(x.shape[1]):)`, the form every message uses."""
@@ -81,17 +81,22 @@ def innermost_user_frame(exc: BaseException, files: UserFiles) -> UserFrame | No
     return None
 
 
+def is_library_file(filename: str) -> bool:
+    """A source file of a library the model is built with: neither torch's nor aotpack's (nor a generated one)."""
+    if filename.startswith("<"):
+        return False
+    path = Path(filename)
+    ours = path.is_relative_to(_AOTPACK_DIR) and "site-packages" not in path.parts  # (a venv may sit inside)
+    return not (path.is_relative_to(_TORCH_DIR) or ours)
+
+
 def library_location(exc: BaseException, files: UserFiles | None = None) -> str | None:
     """`transformers/models/gpt2/modeling_gpt2.py:685 (code)`: the deepest frame outside torch and aotpack, for
     an error raised inside a library the model is built with; None where there is none, or where that frame
     is in the user's own `files` (their line is shown already)."""
     found = None
     for summary in traceback.extract_tb(exc.__traceback__):
-        path = Path(summary.filename)
-        if summary.lineno is None or summary.filename.startswith("<"):
-            continue
-        ours = path.is_relative_to(_AOTPACK_DIR) and "site-packages" not in path.parts  # (a venv may sit inside)
-        if path.is_relative_to(_TORCH_DIR) or ours:
+        if summary.lineno is None or not is_library_file(summary.filename):
             continue
         found = summary
     if found is None or (files is not None and found.filename in files):

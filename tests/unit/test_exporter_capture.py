@@ -255,8 +255,10 @@ def capture_error_through_library(tmp_path: Path, library: str, library_source: 
     (site / library / "__init__.py").write_text(library_source)
     model_file = tmp_path / "model.py"
     model_file.write_text(f"import sys\nimport torch\nsys.path.insert(0, {str(site)!r})\n" + model_source)
+    spec = load_model_file(model_file)
+    plan = resolve_symbols(spec)
     with pytest.raises(CaptureError) as info:
-        capture(load_model_file(model_file))
+        capture(spec, plan.symbols, plan.dynamic_shapes)
     return str(info.value)
 
 
@@ -282,6 +284,20 @@ def test_a_data_dependent_branch_inside_a_library_names_both_lines(tmp_path):
         "        return self.inner(x) * 2  # CALL\n\n\nmodel = Model()\nexample_inputs = (torch.randn(2, 3),)\n")
     assert "model.py:13 (return self.inner(x) * 2  # CALL): it branches on the values in a tensor" in message
     assert "\n  at branchylib/__init__.py:6 (if x.sum() > 0:)" in message
+
+
+def test_a_guard_added_inside_a_library_names_the_librarys_line(tmp_path):
+    """torch keeps the last frames of a guard's stack only, none of them the user's here (nor in HF ResNet,
+    Swin, HuBERT): the library's line is named rather than none."""
+    message = capture_error_through_library(
+        tmp_path, "deeplib",
+        "import torch\n\n\nclass Stem(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.conv = torch.nn.Conv2d(3, 4, 3, stride=32, padding=1)\n\n    def forward(self, x):\n"
+        "        y = self.conv(x)\n        return y.flatten(2).mean(-1) if y.shape[-1] != 1 else y[..., 0, 0]\n",
+        "from deeplib import Stem\n\nmodel = Stem()\nexample_inputs = (torch.randn(1, 3, 64, 64),)\n"
+        "dynamic_axes = {'x': {3: 'w'}}\ndynamic_ranges = {'w': (32, 96)}\n")
+    assert "cannot keep w dynamic over 32..96: deeplib/__init__.py:10 (y = self.conv(x)) assumes" in message
+    assert "could not find the line" not in message
 
 
 def test_unsupported_python_shows_reason_and_line():
