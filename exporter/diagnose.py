@@ -342,6 +342,10 @@ def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
     names = [s.name for s in parsed[0]] if parsed else [sym]
     for name in [sym, *(n for n in names if n != sym)]:
         run = _range_where_it_holds(condition, ctx, name)
+        if run is not None and run[0] == run[1]:  # XLNet: one size only, which no range keeps dynamic
+            return f"{condition} holds for {name} = {run[0]} only: the model as written supports that one size; " \
+                   f"declare it static (--dynamic {name}={run[0]}..{run[0]}), or use torch.cond / tensor ops " \
+                   "instead of Python control flow on sizes"
         if run is not None:
             return f"{condition} holds for {name} in {run[0]}..{run[1]}: if {name} really is limited to that, " \
                    f"declare --dynamic {name}={run[0]}..{run[1]}; otherwise {SIZE_HINT}"

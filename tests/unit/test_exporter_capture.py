@@ -218,6 +218,13 @@ def test_a_guard_that_holds_at_every_corner_is_also_tried_inside_the_ranges():
     assert "holds only where math.trunc(torch.sym_float(w * h % 8) ** 0.5) == 2, which fails at h=4, w=4" in message
 
 
+def test_a_guard_that_one_size_meets_is_called_a_static_size():
+    message = capture_error("one_size.py")
+    assert f"one_size.py:{line_of('one_size.py', '# BRANCH')}" in message
+    assert "holds for seq = 12 only: the model as written supports that one size; declare it static " \
+           "(--dynamic seq=12..12)" in message
+
+
 def test_guards_in_python_modulo_floor_division_and_or_are_judged():
     """torch prints padding to a multiple (`-w % 4`) as PythonMod, // as FloorDiv, and joins conditions with
     `and` and `or`: read as Python computes them, a guard that holds everywhere is not called failing."""
