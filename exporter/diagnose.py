@@ -145,7 +145,7 @@ def _explain_specialisation(exc: BaseException, ctx: CaptureContext) -> CaptureE
         covered = tuple(violated)
     others = [s for s in violated if s not in covered]
     if others:
-        error += f"\n(also specialised: {', '.join(others)})"
+        error += f"\n(also specialised: {', '.join(_suggested(text, ctx, s, locate(s)[1]) for s in others)})"
     return CaptureError(error)
 
 
@@ -350,6 +350,19 @@ def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
             return f"{condition} holds for {name} in {run[0]}..{run[1]}: if {name} really is limited to that, " \
                    f"declare --dynamic {name}={run[0]}..{run[1]}; otherwise {SIZE_HINT}"
     return None
+
+
+def _suggested(text: str, ctx: CaptureContext, sym: str, guard: str | None) -> str:
+    """Another specialised symbol, with the range that keeps it where one is found: torch's suggestion, else
+    the run of its range over which its own guard holds (HF ResNet's h needs the same 33..96 as its w)."""
+    declared = ctx.symbol(sym)
+    for m in _FIX_RANGE.finditer(text):
+        if m.group(1) == sym and (m.group(2) or m.group(3)):
+            lo = m.group(2) or (declared.min if declared else "MIN")
+            hi = m.group(3) or (declared.max if declared else "MAX")
+            return f"{sym} (--dynamic {sym}={lo}..{hi} keeps it)"
+    run = _range_where_it_holds(guard, ctx, sym) if guard else None
+    return f"{sym} (its guard {guard} holds for {sym} in {run[0]}..{run[1]})" if run else sym
 
 
 def _multiple_fix(text: str, sym: str) -> str | None:

@@ -344,6 +344,12 @@ def test_two_specialised_symbols_name_both():
     assert "also specialised: seq" in message
 
 
+def test_another_specialised_symbol_gets_the_range_its_guard_holds_over():
+    message = capture_error("two_sizes_pooled.py")
+    assert "declare --dynamic w=33..96" in message
+    assert "(also specialised: h (its guard " in message and "holds for h in 33..96))" in message
+
+
 @pytest.mark.parametrize("breakage", ["missing", "raises"])
 def test_without_draft_export_the_symbol_is_still_named(monkeypatch, breakage):
     # draft_export and its report are private API: on a torch without them the message loses the line only.
