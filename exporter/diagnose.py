@@ -321,18 +321,22 @@ def _range(ctx: CaptureContext, name: str) -> str:
     return f" over {s.min}..{s.max}" if s else ""
 
 
-def _range_fix(text: str, ctx: CaptureContext, sym: str) -> str | None:
-    """torch suggests a narrower Dim when the code needs one (e.g. `x[:, 2]` needs seq >= 3)."""
+def _torch_range(text: str, ctx: CaptureContext, sym: str) -> tuple[object, object] | None:
+    """The narrower Dim torch suggests for `sym` (e.g. `x[:, 2]` needs seq >= 3), its open end the declared one."""
     declared = ctx.symbol(sym)
     for m in _FIX_RANGE.finditer(text):
         if m.group(1) == sym and (m.group(2) or m.group(3)):
-            lo = m.group(2) or (declared.min if declared else "MIN")
-            hi = m.group(3) or (declared.max if declared else "MAX")
-            return (
-                f"if {sym} really is limited to that, declare --dynamic {sym}={lo}..{hi}; "
-                f"otherwise {SIZE_HINT}"
-            )
+            return (m.group(2) or (declared.min if declared else "MIN"),
+                    m.group(3) or (declared.max if declared else "MAX"))
     return None
+
+
+def _range_fix(text: str, ctx: CaptureContext, sym: str) -> str | None:
+    suggested = _torch_range(text, ctx, sym)
+    if suggested is None:
+        return None
+    lo, hi = suggested
+    return f"if {sym} really is limited to that, declare --dynamic {sym}={lo}..{hi}; otherwise {SIZE_HINT}"
 
 
 def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
@@ -355,12 +359,9 @@ def _narrowed(condition: str, ctx: CaptureContext, sym: str) -> str | None:
 def _suggested(text: str, ctx: CaptureContext, sym: str, guard: str | None) -> str:
     """Another specialised symbol, with the range that keeps it where one is found: torch's suggestion, else
     the run of its range over which its own guard holds (HF ResNet's h needs the same 33..96 as its w)."""
-    declared = ctx.symbol(sym)
-    for m in _FIX_RANGE.finditer(text):
-        if m.group(1) == sym and (m.group(2) or m.group(3)):
-            lo = m.group(2) or (declared.min if declared else "MIN")
-            hi = m.group(3) or (declared.max if declared else "MAX")
-            return f"{sym} (--dynamic {sym}={lo}..{hi} keeps it)"
+    suggested = _torch_range(text, ctx, sym)
+    if suggested is not None:
+        return f"{sym} (--dynamic {sym}={suggested[0]}..{suggested[1]} keeps it)"
     run = _range_where_it_holds(guard, ctx, sym) if guard else None
     return f"{sym} (its guard {guard} holds for {sym} in {run[0]}..{run[1]})" if run else sym
 
